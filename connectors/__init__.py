@@ -1,0 +1,1 @@
+"""Source connectors shipped with dblog (installed as ``dblog.connectors``)."""

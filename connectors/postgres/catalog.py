@@ -1,0 +1,77 @@
+"""Catalog queries: columns, primary keys, tables, estimates."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+
+import psycopg
+
+from dblog.errors import DumpRequestError
+from dblog.model import ColumnInfo, TableId, TableInfo
+
+COLUMNS_SQL = """
+SELECT a.attname, format_type(a.atttypid, a.atttypmod)
+FROM pg_attribute a
+WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum
+"""
+
+PK_SQL = """
+SELECT a.attname
+FROM pg_index i
+JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE i.indrelid = %s::regclass AND i.indisprimary
+ORDER BY k.ord
+"""
+
+TABLES_SQL = """
+SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'dblog')
+  AND n.nspname NOT LIKE 'pg_toast%%' AND NOT c.relispartition
+ORDER BY 1, 2
+"""
+
+
+def regclass(table: TableId) -> str:
+    return f'"{table.schema.replace(chr(34), chr(34) * 2)}"."{table.name.replace(chr(34), chr(34) * 2)}"'
+
+
+def matches(table: TableId, patterns: Sequence[str]) -> bool:
+    return not patterns or any(fnmatch.fnmatchcase(str(table), p) for p in patterns)
+
+
+def list_tables(conn: psycopg.Connection, patterns: Sequence[str]) -> list[TableId]:
+    rows = conn.execute(TABLES_SQL).fetchall()
+    return [t for t in (TableId(s, n) for s, n in rows) if matches(t, patterns)]
+
+
+def column_names(conn: psycopg.Connection, table: TableId) -> tuple[str, ...]:
+    return tuple(r[0] for r in conn.execute(COLUMNS_SQL, (regclass(table),)).fetchall())
+
+
+def table_info(
+    conn: psycopg.Connection, table: TableId, key_columns: Sequence[str] | None
+) -> TableInfo:
+    try:
+        columns = conn.execute(COLUMNS_SQL, (regclass(table),)).fetchall()
+    except psycopg.errors.UndefinedTable as exc:
+        raise DumpRequestError(f"unknown table {table}",
+                               fix="check the table name (schema.table) and the search path") from exc
+    names = [c[0] for c in columns]
+    keys = tuple(key_columns) if key_columns else tuple(
+        r[0] for r in conn.execute(PK_SQL, (regclass(table),)).fetchall())
+    if not keys:
+        raise DumpRequestError(
+            f"table {table} has no primary key, so it cannot be dumped in key chunks",
+            fix=f"add a primary key, or name a unique non-null key in source.key_columns "
+                f"(for example key_columns: {{'{table}': [{names[0] if names else 'id'}]}})",
+        )
+    unknown = [k for k in keys if k not in names]
+    if unknown:
+        raise DumpRequestError(f"key columns {unknown} are not columns of {table}")
+    estimate = conn.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+                            (regclass(table),)).fetchone()
+    return TableInfo(table=table, columns=tuple(ColumnInfo(n, t) for n, t in columns),
+                     key_columns=keys, estimated_rows=max(0, int(estimate[0])) if estimate else 0)

@@ -1,0 +1,173 @@
+"""Keyset chunk SELECTs and watermark writes (steps 2-4 of the algorithm)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from dblog.errors import DumpRequestError, FatalSourceError
+from dblog.model import Key, Row, TableId, TableInfo
+
+from . import catalog
+from .errors import classify
+from .types import converter_for, key_param
+
+RowDecoder = Callable[[tuple[Any, ...]], tuple[Key, Row]]
+
+
+def connect(dsn: str) -> psycopg.Connection:
+    try:
+        conn = psycopg.connect(dsn, autocommit=True, options="-c datestyle=ISO -c timezone=UTC")
+    except psycopg.Error as exc:
+        raise classify(exc, "connecting to the source") from exc
+    return conn
+
+
+def _row_decoder(info: TableInfo) -> RowDecoder:
+    names = [c.name for c in info.columns]
+    converters = [converter_for(c.type_name) for c in info.columns]
+    key_index = [names.index(k) for k in info.key_columns]
+    pairs = list(zip(names, converters, strict=True))
+
+    def decode(raw: tuple[Any, ...]) -> tuple[Key, Row]:
+        row = {name: conv(value) for (name, conv), value in zip(pairs, raw, strict=True)}
+        return tuple(row[names[i]] for i in key_index), row
+
+    return decode
+
+
+class _Queries:
+    """The SQL of one table, composed once with quoted identifiers."""
+
+    def __init__(self, info: TableInfo) -> None:
+        types = {c.name: c.type_name for c in info.columns}
+        self.key_types = [types[k] for k in info.key_columns]
+        table = sql.Identifier(info.table.schema, info.table.name)
+        select = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c.name))
+                                    for c in info.columns)
+        keys = sql.SQL(", ").join(sql.Identifier(k) for k in info.key_columns)
+        typed = sql.SQL(", ").join(sql.SQL("%s::{}").format(sql.SQL(t)) for t in self.key_types)
+        head = sql.SQL("SELECT {} FROM {}").format(select, table)
+        order = sql.SQL(" ORDER BY {}").format(keys)
+        desc = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k))
+                                  for k in info.key_columns)
+        bound = sql.SQL("({}) {} ({})")
+        self.first = head + order + sql.SQL(" LIMIT %s")
+        self.after = head + sql.SQL(" WHERE ") + bound.format(keys, sql.SQL(">"), typed) + order \
+            + sql.SQL(" LIMIT %s")
+        upto = sql.SQL(" AND ") + bound.format(keys, sql.SQL("<="), typed)
+        self.first_upto = head + sql.SQL(" WHERE ") + bound.format(keys, sql.SQL("<="), typed) \
+            + order + sql.SQL(" LIMIT %s")
+        self.after_upto = head + sql.SQL(" WHERE ") + bound.format(keys, sql.SQL(">"), typed) \
+            + upto + order + sql.SQL(" LIMIT %s")
+        self.max_key = head + sql.SQL(" ORDER BY ") + desc + sql.SQL(" LIMIT 1")
+        self.keys_in = head + sql.SQL(" WHERE ({}) IN (").format(keys)
+        self.one_key = sql.SQL("({})").format(typed)
+        self.decode = _row_decoder(info)
+
+    def params(self, key: Key) -> list[Any]:
+        return [key_param(t, v) for t, v in zip(self.key_types, key, strict=True)]
+
+
+class PostgresChunkReader:
+    """A :class:`dblog.spi.ChunkReader`; each chunk SELECT runs in its own READ COMMITTED
+    transaction (autocommit), so it starts after the low watermark committed."""
+
+    def __init__(self, dsn: str, patterns: Sequence[str],
+                 key_columns: Mapping[TableId, tuple[str, ...]]) -> None:
+        self.conn = connect(dsn)
+        self.patterns = list(patterns)
+        self.key_columns = dict(key_columns)
+        self._queries: dict[TableId, _Queries] = {}
+
+    def list_tables(self) -> list[TableId]:
+        return catalog.list_tables(self.conn, self.patterns)
+
+    def table_info(self, table: TableId, key_columns: Sequence[str] | None = None) -> TableInfo:
+        if self.patterns and not catalog.matches(table, self.patterns):
+            raise DumpRequestError(f"table {table} is not captured by this pipeline",
+                                   fix=f"add it to source.tables (now {self.patterns})")
+        info = catalog.table_info(self.conn, table, key_columns or self.key_columns.get(table))
+        self._queries[table] = _Queries(info)
+        return info
+
+    def _q(self, info: TableInfo) -> _Queries:
+        if info.table not in self._queries:
+            self._queries[info.table] = _Queries(info)
+        return self._queries[info.table]
+
+    def _fetch(self, query: sql.Composable, params: Sequence[Any], what: str) -> list[Any]:
+        try:
+            return self.conn.execute(query, params).fetchall()
+        except psycopg.Error as exc:
+            raise classify(exc, what) from exc
+
+    def max_key(self, info: TableInfo) -> Key | None:
+        q = self._q(info)
+        rows = self._fetch(q.max_key, (), f"reading the maximum key of {info.table}")
+        return q.decode(rows[0])[0] if rows else None
+
+    def read_chunk(self, info: TableInfo, after: Key | None, upper: Key | None,
+                   limit: int) -> list[tuple[Key, Row]]:
+        q = self._q(info)
+        if after is None and upper is None:
+            query, params = q.first, [limit]
+        elif after is None:
+            query, params = q.first_upto, [*q.params(upper or ()), limit]
+        elif upper is None:
+            query, params = q.after, [*q.params(after), limit]
+        else:
+            query, params = q.after_upto, [*q.params(after), *q.params(upper), limit]
+        rows = self._fetch(query, params, f"reading a chunk of {info.table}")
+        decode = q.decode
+        return [decode(r) for r in rows]
+
+    def read_keys(self, info: TableInfo, keys: Sequence[Key]) -> list[tuple[Key, Row]]:
+        if not keys:
+            return []
+        q = self._q(info)
+        query = q.keys_in + sql.SQL(", ").join([q.one_key] * len(keys)) + sql.SQL(")")
+        query += sql.SQL(" ORDER BY {}").format(
+            sql.SQL(", ").join(sql.Identifier(k) for k in info.key_columns))
+        params = [p for key in keys for p in q.params(key)]
+        return [q.decode(r) for r in self._fetch(query, params, f"reading keys of {info.table}")]
+
+    def parse_key(self, info: TableInfo, values: Sequence[object]) -> Key:
+        if isinstance(values, (str, bytes)) or len(values) != len(info.key_columns):
+            raise DumpRequestError(
+                f"a key of {info.table} has {len(info.key_columns)} value(s) "
+                f"({', '.join(info.key_columns)}), got {values!r}")
+        types = {c.name: c.type_name for c in info.columns}
+        try:
+            return tuple(converter_for(types[k])(None if v is None else str(v))
+                         for k, v in zip(info.key_columns, values, strict=True))
+        except (TypeError, ValueError) as exc:
+            raise DumpRequestError(f"malformed key {values!r} for {info.table}: {exc}") from exc
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class PostgresWatermarkWriter:
+    """Updates this instance's row of the watermark table, each write its own transaction."""
+
+    def __init__(self, dsn: str, table: TableId, instance: str) -> None:
+        self.conn = connect(dsn)
+        self.instance = instance
+        self.query = sql.SQL("UPDATE {} SET value = %s, updated_at = now() WHERE name = %s"
+                             ).format(sql.Identifier(table.schema, table.name))
+
+    def write(self, value: str) -> None:
+        try:
+            cur = self.conn.execute(self.query, (value, self.instance))
+        except psycopg.Error as exc:
+            raise classify(exc, "writing the watermark") from exc
+        if cur.rowcount != 1:
+            raise FatalSourceError(f"watermark row for instance {self.instance!r} is missing",
+                                   fix="restart the pipeline: prepare() creates it")
+
+    def close(self) -> None:
+        self.conn.close()

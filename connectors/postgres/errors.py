@@ -1,0 +1,36 @@
+"""psycopg errors classified once into dblog's error tree."""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg import errors as pgerrors
+
+from dblog.errors import DblogError, DumpRequestError, FatalSourceError, RetryableSourceError
+
+_FATAL = (
+    pgerrors.InsufficientPrivilege,
+    pgerrors.InvalidPassword,
+    pgerrors.InvalidAuthorizationSpecification,
+    pgerrors.ObjectNotInPrerequisiteState,
+    pgerrors.UndefinedObject,
+    pgerrors.FeatureNotSupported,
+)
+
+
+def classify(exc: BaseException, doing: str) -> DblogError:
+    """The dblog error for a driver error raised while ``doing`` something."""
+    text = str(exc).strip()
+    if "could not access file" in text and ("wal2json" in text or "plugin" in text):
+        return FatalSourceError(
+            f"{doing}: the wal2json output plugin is not installed on the server ({text})",
+            fix="install it on the database host (Debian: apt-get install postgresql-15-wal2json)",
+        )
+    if "password authentication failed" in text or "does not exist" in text and "role" in text:
+        return FatalSourceError(f"{doing}: {text}", fix="check source.dsn user and password")
+    if isinstance(exc, pgerrors.UndefinedTable):
+        return DumpRequestError(f"{doing}: {text}")
+    if isinstance(exc, _FATAL):
+        return FatalSourceError(f"{doing}: {text}")
+    if isinstance(exc, psycopg.OperationalError):
+        return RetryableSourceError(f"{doing}: {text}")
+    return FatalSourceError(f"{doing}: {text}")

@@ -1,0 +1,162 @@
+"""The wal2json stream over PostgreSQL's streaming replication protocol (psycopg's libpq layer).
+
+``START_REPLICATION SLOT ... LOGICAL`` puts the connection in COPY_BOTH mode; the server sends
+XLogData (``w``) and keepalive (``k``) messages, the client answers with standby status updates
+(``r``) whose flush position is only ever what every output acknowledged.
+"""
+
+from __future__ import annotations
+
+import select
+import struct
+import time
+from collections.abc import Callable
+
+import psycopg
+from psycopg import pq
+
+from dblog.errors import RetryableSourceError
+from dblog.model import LogItem
+from dblog.positions import Lsn, Position
+
+from .errors import classify
+from .wal2json import WAL2JSON_OPTIONS, Wal2JsonDecoder
+
+_XLOG_HEADER = struct.Struct(">QQQ")
+_KEEPALIVE = struct.Struct(">QQB")
+_STATUS = struct.Struct(">cQQQqB")
+_PG_EPOCH_US = 946_684_800_000_000
+FEEDBACK_INTERVAL_S = 5.0
+MAX_BATCH = 4096
+
+
+def _now_pg_us() -> int:
+    return int(time.time() * 1_000_000) - _PG_EPOCH_US
+
+
+def _driver_error(message: bytes | str, result: pq.abc.PGresult | None) -> Exception:
+    """The psycopg exception class for a libpq-level failure (by SQLSTATE when known)."""
+    text = message.decode(errors="replace") if isinstance(message, bytes) else message
+    sqlstate = result.error_field(pq.DiagnosticField.SQLSTATE) if result is not None else None
+    if sqlstate:
+        return psycopg.errors.lookup(sqlstate.decode())(text)
+    return psycopg.OperationalError(text)
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def start_command(slot: str, position: Position | None, options: dict[str, str]) -> bytes:
+    start = str(position) if isinstance(position, Lsn) else "0/0"
+    opts = ", ".join(f"{quote_ident(k)} '{v.replace(chr(39), chr(39) * 2)}'"
+                     for k, v in options.items())
+    return f"START_REPLICATION SLOT {quote_ident(slot)} LOGICAL {start} ({opts})".encode()
+
+
+class PostgresLogReader:
+    """A :class:`dblog.spi.LogReader` over one replication connection."""
+
+    def __init__(
+        self,
+        dsn: str,
+        slot: str,
+        decoder: Wal2JsonDecoder,
+        add_tables: list[str] | None,
+        verify_start: Callable[[Position | None], None],
+    ) -> None:
+        self.dsn = dsn
+        self.slot = slot
+        self.decoder = decoder
+        self.options = dict(WAL2JSON_OPTIONS)
+        if add_tables:
+            self.options["add-tables"] = ",".join(add_tables)
+        self.verify_start = verify_start
+        self._conn: pq.abc.PGconn | None = None
+        self._received = 0
+        self._acked = 0
+        self._last_feedback = 0.0
+
+    def start(self, position: Position | None) -> None:
+        self.verify_start(position)
+        conninfo = f"{self.dsn} replication=database options='-c datestyle=ISO -c timezone=UTC'"
+        conn = pq.PGconn.connect(conninfo.encode())
+        if conn.status != pq.ConnStatus.OK:
+            error = _driver_error(conn.get_error_message(), None)
+            conn.finish()
+            raise classify(error, "opening the replication connection")
+        conn.send_query(start_command(self.slot, position, self.options))
+        result = conn.get_result()
+        if result is None or result.status != pq.ExecStatus.COPY_BOTH:
+            error = _driver_error(conn.get_error_message() or "no result", result)
+            conn.finish()
+            raise classify(error, f"START_REPLICATION on slot {self.slot}")
+        self._conn = conn
+        if isinstance(position, Lsn):
+            self._acked = self._received = position.value
+
+    def poll(self, timeout: float) -> list[LogItem]:
+        conn = self._require()
+        items: list[LogItem] = []
+        deadline = time.monotonic() + timeout
+        while len(items) < MAX_BATCH:
+            nbytes, data = conn.get_copy_data(1)
+            if nbytes == 0:
+                if items:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                select.select([conn.socket], [], [], remaining)
+                conn.consume_input()
+                continue
+            if nbytes < 0:
+                raise self._stream_error()
+            self._handle(data, items)
+        self._maybe_feedback()
+        return items
+
+    def _handle(self, data: memoryview, items: list[LogItem]) -> None:
+        kind = data[0]
+        if kind == 0x77:  # 'w'
+            start, _end, _ts = _XLOG_HEADER.unpack_from(data, 1)
+            self._received = max(self._received, start)
+            item = self.decoder.decode(data[25:], start)
+            if item is not None:
+                items.append(item)
+        elif kind == 0x6B:  # 'k'
+            end, _ts, reply = _KEEPALIVE.unpack_from(data, 1)
+            if reply:
+                self._send_feedback()
+
+    def _stream_error(self) -> Exception:
+        conn = self._require()
+        message = conn.get_error_message() or "the server ended the replication stream"
+        return classify(_driver_error(message, conn.get_result()), "reading the replication stream")
+
+    def acknowledge(self, position: Position) -> None:
+        if isinstance(position, Lsn) and position.value > self._acked:
+            self._acked = position.value
+            self._send_feedback()
+
+    def _maybe_feedback(self) -> None:
+        if time.monotonic() - self._last_feedback >= FEEDBACK_INTERVAL_S:
+            self._send_feedback()
+
+    def _send_feedback(self) -> None:
+        conn = self._require()
+        written = max(self._received, self._acked)
+        message = _STATUS.pack(b"r", written, self._acked, self._acked, _now_pg_us(), 0)
+        if conn.put_copy_data(message) != 1 or conn.flush() != 0:
+            raise RetryableSourceError(f"sending standby status failed: {conn.get_error_message()}")
+        self._last_feedback = time.monotonic()
+
+    def _require(self) -> pq.abc.PGconn:
+        if self._conn is None:
+            raise RetryableSourceError("the replication stream is not started")
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.finish()
+            self._conn = None

@@ -1,0 +1,94 @@
+"""Canonical values for PostgreSQL columns, shared by log events and chunk rows.
+
+Both paths start from PostgreSQL's own text output (wal2json prints values with the type's
+output function; chunk SELECTs cast every column to ``text``), with DateStyle ISO and TimeZone
+UTC on every connection, so one converter per type gives identical values on both paths:
+
+============================  ===================================================
+PostgreSQL type               canonical JSON value
+============================  ===================================================
+smallint, integer, bigint     integer
+boolean                       true / false
+real, double precision        number (``"NaN"``, ``"Infinity"``, ``"-Infinity"`` as strings)
+numeric                       string, exactly as PostgreSQL prints it (``"1.50"``)
+bytea                         string, lowercase hex without the ``\\x`` prefix
+json, jsonb                   string (the document's text)
+everything else               string in PostgreSQL's ISO text output (timestamps, dates,
+                              uuid, text, arrays, enums, ...)
+============================  ===================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+Converter = Callable[[Any], Any]
+
+INT_TYPES = frozenset({"smallint", "integer", "bigint", "int2", "int4", "int8", "oid"})
+FLOAT_TYPES = frozenset({"real", "double precision", "float4", "float8"})
+
+
+def _to_int(value: Any) -> Any:
+    return value if value is None or type(value) is int else int(value)
+
+
+def _to_bool(value: Any) -> Any:
+    if value is None or isinstance(value, bool):
+        return value
+    return value in ("t", "true")
+
+
+def _to_float(value: Any) -> Any:
+    if value is None:
+        return None
+    number = float(value)
+    if number != number or number in (float("inf"), float("-inf")):
+        return str(value) if isinstance(value, str) else repr(number)
+    return number
+
+
+def _to_hex(value: Any) -> Any:
+    if value is None:
+        return None
+    return value[2:] if value.startswith("\\x") else value
+
+
+def _to_str(value: Any) -> Any:
+    return value if value is None or type(value) is str else str(value)
+
+
+def base_type(type_name: str) -> str:
+    """``character varying(20)`` -> ``character varying``; arrays keep their ``[]``."""
+    name = type_name.strip('"')
+    paren = name.find("(")
+    if paren >= 0:
+        close = name.find(")", paren)
+        name = (name[:paren] + name[close + 1 :]).strip()
+    return name
+
+
+@lru_cache(maxsize=1024)
+def converter_for(type_name: str) -> Converter:
+    name = base_type(type_name)
+    if name.endswith("[]"):
+        return _to_str
+    if name in INT_TYPES:
+        return _to_int
+    if name == "boolean" or name == "bool":
+        return _to_bool
+    if name in FLOAT_TYPES:
+        return _to_float
+    if name == "bytea":
+        return _to_hex
+    return _to_str
+
+
+def key_param(type_name: str, value: Any) -> Any:
+    """A canonical key value as a query parameter (cast to the column type in SQL)."""
+    if value is None:
+        return None
+    if base_type(type_name) == "bytea":
+        return "\\x" + value
+    return str(value) if not isinstance(value, bool) else ("t" if value else "f")

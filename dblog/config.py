@@ -1,0 +1,119 @@
+"""The YAML configuration: one file, ``${VAR}`` substitution, validated at start.
+
+Errors name the field and the fix, for example::
+
+    config.yaml: engine.chunk_sise: unknown key (did you mean chunk_size?)
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dblog.errors import ConfigError
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class EngineConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    chunk_size: int = Field(1000, ge=1, le=1_000_000)
+    chunk_delay_s: float = Field(0.0, ge=0)
+    batch_size: int = Field(2000, ge=1)
+    flush_interval_s: float = Field(1.0, gt=0)
+    heartbeat_interval_s: float = Field(10.0, gt=0)
+
+
+class StateConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: str = "file"
+    path: str = "dblog-state.json"
+
+
+class DumpRequestConfig(BaseModel):
+    """A dump requested when the pipeline starts for the first time (no state yet)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tables: list[str] | None = None
+
+
+class PipelineConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field("dblog", pattern=r"^[A-Za-z0-9_.-]{1,63}$")
+    source: dict[str, Any]
+    outputs: list[dict[str, Any]] = Field(min_length=1)
+    state: StateConfig = StateConfig()
+    engine: EngineConfig = EngineConfig()
+    initial_dumps: list[DumpRequestConfig] = Field(default_factory=list)
+    log_level: str = "INFO"
+
+
+def substitute(text: str, env: dict[str, str] | None = None) -> str:
+    """Replace ``${VAR}`` and ``${VAR:-default}``; an unset variable without default is an error."""
+    env = dict(os.environ) if env is None else env
+
+    def repl(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in env:
+            return env[name]
+        if default is not None:
+            return default
+        raise ConfigError(f"environment variable {name} is not set",
+                          fix=f"export {name}=... or write ${{{name}:-default}}")
+
+    return _VAR.sub(repl, text)
+
+
+def _describe(error: dict[str, Any], model: type[BaseModel]) -> str:
+    where = ".".join(str(p) for p in error["loc"])
+    if error["type"] == "extra_forbidden":
+        known = _known_fields(model, error["loc"][:-1])
+        guess = difflib.get_close_matches(str(error["loc"][-1]), known, n=1)
+        hint = f" (did you mean {guess[0]}?)" if guess else f" (known keys: {', '.join(known)})"
+        return f"{where}: unknown key{hint}"
+    return f"{where}: {error['msg']}"
+
+
+def _known_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    current: Any = model
+    for part in loc:
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        current = field.annotation
+    return list(getattr(current, "model_fields", {}))
+
+
+def validate(model: type[BaseModel], raw: Any, origin: str) -> Any:
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        details = "; ".join(_describe(e, model) for e in exc.errors())
+        raise ConfigError(f"{origin}: {details}",
+                          fix="see docs/configuration.md for every key") from None
+
+
+def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {file}: {exc}") from exc
+    try:
+        raw = yaml.safe_load(substitute(text))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{file} is not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{file}: the top level must be a mapping")
+    config: PipelineConfig = validate(PipelineConfig, raw, str(file))
+    return config

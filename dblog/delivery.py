@@ -1,0 +1,120 @@
+"""Hands emitted events to every output and commits state up to what all of them acknowledged."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from dblog.acks import CommitPoint, PipelineState, apply_points, min_acknowledged, split_acknowledged
+from dblog.dumps import Dump
+from dblog.errors import DblogError, FatalOutputError
+from dblog.model import ChangeEvent
+from dblog.positions import Position
+from dblog.spi import Clock, Output, StateStore
+from dblog.state import state_to_json
+
+log = logging.getLogger("dblog.delivery")
+T = TypeVar("T")
+
+
+class Delivery:
+    """Batching, output acknowledgement and fenced state commits for one engine run."""
+
+    def __init__(
+        self,
+        outputs: Sequence[Output],
+        store: StateStore,
+        clock: Clock,
+        *,
+        epoch: int,
+        batch_size: int,
+        max_retries: int = 8,
+    ) -> None:
+        if not outputs:
+            raise FatalOutputError("a pipeline needs at least one output")
+        self.outputs = list(outputs)
+        self.store = store
+        self.clock = clock
+        self.epoch = epoch
+        self.batch_size = batch_size
+        self.max_retries = max_retries
+        self.state = PipelineState()
+        self.version: int | None = None
+        self.last_seq = 0
+        self._batch: list[ChangeEvent] = []
+        self._points: list[CommitPoint] = []
+        self.on_commit: Callable[[Position], None] | None = None
+
+    def resume(self, state: PipelineState, version: int | None) -> None:
+        self.state, self.version, self.last_seq = state, version, state.seq
+        self._batch, self._points = [], []
+        for output in self.outputs:
+            self._retry(lambda o=output: o.open(state.seq), f"open {output.name}")
+
+    def emit(self, event: ChangeEvent) -> None:
+        self.last_seq += 1
+        event.seq = self.last_seq
+        self._batch.append(event)
+        if len(self._batch) >= self.batch_size:
+            self.deliver()
+
+    def mark(self, position: Position | None, dump: Dump | None = None) -> None:
+        """A commit point after the last emitted event."""
+        point = CommitPoint(self.last_seq, position, dump)
+        if self._points and self._points[-1].dump is None and dump is None:
+            self._points[-1] = point
+        else:
+            self._points.append(point)
+
+    def deliver(self) -> None:
+        if not self._batch:
+            return
+        batch, self._batch = self._batch, []
+        for output in self.outputs:
+            self._retry(lambda o=output: o.write(batch), f"write to {output.name}")
+
+    def commit(self) -> PipelineState:
+        """Deliver, flush every output, and commit state up to the common acknowledgement."""
+        self.deliver()
+        acks = {o.name: self._retry(o.flush, f"flush {o.name}") for o in self.outputs}
+        done, self._points = split_acknowledged(self._points, min_acknowledged(acks))
+        if done:
+            self.save(apply_points(self.state, done))
+        return self.state
+
+    def save(self, state: PipelineState) -> None:
+        if state == self.state and self.version is not None:
+            return
+        self.version = self.store.save(state_to_json(state), self.version, self.epoch)
+        previous, self.state = self.state, state
+        if self.on_commit and state.position is not None and state.position != previous.position:
+            self.on_commit(state.position)
+
+    def update_committed(self, change: Callable[[PipelineState], PipelineState]) -> None:
+        """Apply a control change (new dump, pause, cancel) to the committed state at once."""
+        self.save(change(self.state))
+
+    def pending_points(self) -> int:
+        return len(self._points)
+
+    def close(self) -> None:
+        for output in self.outputs:
+            try:
+                output.close()
+            except Exception:  # closing is best effort; what was acknowledged is committed
+                log.exception("closing output %s failed", output.name)
+
+    def _retry(self, action: Callable[[], T], what: str) -> T:
+        delay = 0.1
+        for attempt in range(self.max_retries + 1):
+            try:
+                return action()
+            except DblogError as exc:
+                if not exc.retryable or attempt == self.max_retries:
+                    raise
+                log.warning("%s failed (attempt %d), retrying in %.1fs: %s",
+                            what, attempt + 1, delay, exc)
+                self.clock.sleep(delay)
+                delay = min(delay * 2, 10.0)
+        raise AssertionError("unreachable")

@@ -1,0 +1,219 @@
+"""Dumps and their progress: pure values and transitions, serialisable into the state.
+
+A dump covers a list of tables (each read in primary-key chunks up to the maximum key captured
+when the table's dump starts), or a list of primary keys of one table. Progress advances only
+when a chunk's window has closed and its rows were emitted.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any
+
+from dblog.model import Key, TableId
+
+
+class DumpState(str, Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    PAUSED = "paused"
+    DONE = "done"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+ACTIVE_STATES = frozenset({DumpState.QUEUED, DumpState.RUNNING})
+
+
+@dataclass(frozen=True, slots=True)
+class TableProgress:
+    table: TableId
+    started: bool = False
+    done: bool = False
+    last_key: Key | None = None
+    upper_key: Key | None = None
+    chunks: int = 0
+    rows: int = 0
+    estimated_rows: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Dump:
+    id: str
+    tables: tuple[TableProgress, ...]
+    keys: tuple[Key, ...] | None = None
+    key_index: int = 0
+    state: DumpState = DumpState.QUEUED
+    error: str | None = None
+    internal: bool = False
+
+    @property
+    def chunks(self) -> int:
+        return sum(t.chunks for t in self.tables)
+
+    @property
+    def rows(self) -> int:
+        return sum(t.rows for t in self.tables)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkPlan:
+    """What the next chunk of a dump reads: a key range, or an explicit key list."""
+
+    dump_id: str
+    table: TableId
+    after: Key | None = None
+    upper: Key | None = None
+    keys: tuple[Key, ...] | None = None
+    needs_start: bool = False
+
+
+def new_dump_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def tables_dump(tables: Sequence[TableId], dump_id: str | None = None) -> Dump:
+    return Dump(id=dump_id or new_dump_id(), tables=tuple(TableProgress(t) for t in tables))
+
+
+def keys_dump(
+    table: TableId, keys: Sequence[Key], dump_id: str | None = None, internal: bool = False
+) -> Dump:
+    return Dump(
+        id=dump_id or new_dump_id(),
+        tables=(TableProgress(table, started=True),),
+        keys=tuple(keys),
+        internal=internal,
+    )
+
+
+def next_chunk(dump: Dump, chunk_size: int) -> ChunkPlan | None:
+    """The next chunk to read, or None when the dump has nothing left."""
+    if dump.state not in ACTIVE_STATES:
+        return None
+    if dump.keys is not None:
+        if dump.key_index >= len(dump.keys):
+            return None
+        batch = dump.keys[dump.key_index : dump.key_index + chunk_size]
+        return ChunkPlan(dump.id, dump.tables[0].table, keys=batch)
+    for progress in dump.tables:
+        if progress.done:
+            continue
+        if not progress.started:
+            return ChunkPlan(dump.id, progress.table, needs_start=True)
+        return ChunkPlan(dump.id, progress.table, after=progress.last_key, upper=progress.upper_key)
+    return None
+
+
+def _replace_table(dump: Dump, progress: TableProgress) -> Dump:
+    tables = tuple(progress if t.table == progress.table else t for t in dump.tables)
+    return replace(dump, tables=tables, state=DumpState.RUNNING)
+
+
+def start_table(dump: Dump, table: TableId, upper: Key | None, estimated_rows: int) -> Dump:
+    """Record the table's upper bound (max key now); an empty table is done at once."""
+    progress = next(t for t in dump.tables if t.table == table)
+    started = replace(progress, started=True, upper_key=upper, done=upper is None,
+                      estimated_rows=estimated_rows)
+    return _finish_if_complete(_replace_table(dump, started))
+
+
+def complete_chunk(
+    dump: Dump, plan: ChunkPlan, last_key: Key | None, selected: int, emitted: int, limit: int
+) -> Dump:
+    """Advance past a chunk whose window closed. The next chunk starts after the last key the
+    SELECT returned, whether or not that row survived the window."""
+    if plan.keys is not None:
+        progress = replace(dump.tables[0], chunks=dump.tables[0].chunks + 1,
+                           rows=dump.tables[0].rows + emitted)
+        dump = replace(_replace_table(dump, progress), key_index=dump.key_index + len(plan.keys))
+        return _finish_if_complete(dump)
+    progress = next(t for t in dump.tables if t.table == plan.table)
+    exhausted = selected < limit or last_key is None or last_key == progress.upper_key
+    progress = replace(
+        progress,
+        last_key=last_key if last_key is not None else progress.last_key,
+        chunks=progress.chunks + 1,
+        rows=progress.rows + emitted,
+        done=exhausted,
+    )
+    return _finish_if_complete(_replace_table(dump, progress))
+
+
+def _finish_if_complete(dump: Dump) -> Dump:
+    if dump.keys is not None:
+        finished = dump.key_index >= len(dump.keys)
+    else:
+        finished = all(t.done for t in dump.tables)
+    return replace(dump, state=DumpState.DONE) if finished else dump
+
+
+def set_state(dump: Dump, state: DumpState, error: str | None = None) -> Dump:
+    return replace(dump, state=state, error=error)
+
+
+# -- serialisation -------------------------------------------------------------------------
+
+
+def _key_out(key: Key | None) -> list[Any] | None:
+    return None if key is None else list(key)
+
+
+def _key_in(raw: Any) -> Key | None:
+    return None if raw is None else tuple(raw)
+
+
+def dump_to_json(dump: Dump) -> dict[str, Any]:
+    return {
+        "id": dump.id,
+        "state": dump.state.value,
+        "error": dump.error,
+        "internal": dump.internal,
+        "key_index": dump.key_index,
+        "keys": None if dump.keys is None else [list(k) for k in dump.keys],
+        "tables": [
+            {
+                "table": str(t.table), "started": t.started, "done": t.done,
+                "last_key": _key_out(t.last_key), "upper_key": _key_out(t.upper_key),
+                "chunks": t.chunks, "rows": t.rows, "estimated_rows": t.estimated_rows,
+            }
+            for t in dump.tables
+        ],
+    }
+
+
+def dump_from_json(raw: dict[str, Any]) -> Dump:
+    tables = tuple(
+        TableProgress(
+            table=TableId.parse(t["table"]), started=t["started"], done=t["done"],
+            last_key=_key_in(t["last_key"]), upper_key=_key_in(t["upper_key"]),
+            chunks=t["chunks"], rows=t["rows"], estimated_rows=t.get("estimated_rows", 0),
+        )
+        for t in raw["tables"]
+    )
+    keys = None if raw["keys"] is None else tuple(tuple(k) for k in raw["keys"])
+    return Dump(id=raw["id"], tables=tables, keys=keys, key_index=raw["key_index"],
+                state=DumpState(raw["state"]), error=raw.get("error"),
+                internal=raw.get("internal", False))
+
+
+@dataclass(frozen=True, slots=True)
+class DumpQueue:
+    """All dumps in request order; the first active one runs."""
+
+    dumps: tuple[Dump, ...] = field(default_factory=tuple)
+
+    def active(self) -> Dump | None:
+        return next((d for d in self.dumps if d.state in ACTIVE_STATES), None)
+
+    def get(self, dump_id: str) -> Dump | None:
+        return next((d for d in self.dumps if d.id == dump_id), None)
+
+    def add(self, dump: Dump, front: bool = False) -> DumpQueue:
+        return DumpQueue((dump, *self.dumps) if front else (*self.dumps, dump))
+
+    def put(self, dump: Dump) -> DumpQueue:
+        return DumpQueue(tuple(dump if d.id == dump.id else d for d in self.dumps))

@@ -1,0 +1,406 @@
+"""The engine: interleaves log events with watermark-bracketed dump chunks (SPEC section 2).
+
+One thread runs :meth:`Engine.run`. Each loop turn it applies control commands, starts the next
+chunk when no window is open (low watermark, chunk SELECT, high watermark: the only time log
+forwarding pauses), then forwards what the log reader has, applying the window's drop rule, and
+emits the surviving chunk rows when the high watermark arrives. Outputs are flushed and the state
+committed at least every ``flush_interval_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from dblog import dumps as dumpops
+from dblog.acks import PipelineState
+from dblog.clock import SingleNodeLeadership, SystemClock
+from dblog.delivery import Delivery
+from dblog.dumps import ChunkPlan, Dump, DumpState
+from dblog.errors import DblogError, DumpRequestError, FatalSourceError
+from dblog.model import ChangeEvent, Key, LogItem, Op, TableId, TableInfo, Watermark
+from dblog.positions import Position
+from dblog.spi import Clock, LeaderElection, Output, SourceConnector, StateStore
+from dblog.state import state_from_json
+from dblog.window import ChunkWindow, on_change, on_watermark, open_window, surviving_rows
+
+log = logging.getLogger("dblog.engine")
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    chunk_size: int = 1000
+    chunk_delay_s: float = 0.0
+    batch_size: int = 2000
+    flush_interval_s: float = 1.0
+    poll_timeout_s: float = 0.2
+    heartbeat_interval_s: float = 10.0
+    window_timeout_s: float = 120.0
+    progress_interval_s: float = 10.0
+    initial_dumps: tuple[Sequence[str] | None, ...] = ()
+    """Dumps requested on the very first start (no state yet); None: all captured tables."""
+
+
+@dataclass
+class PhaseHooks:
+    """Test seams: called right after the low watermark and right before the high watermark."""
+
+    after_low: Callable[[TableId], None] | None = None
+    before_high: Callable[[TableId], None] | None = None
+
+
+@dataclass
+class _OpenChunk:
+    plan: ChunkPlan
+    window: ChunkWindow
+    selected: int
+    opened_at: float
+
+
+@dataclass
+class _Transaction:
+    begin: ChangeEvent | None = None
+    emitted: bool = False
+
+
+@dataclass
+class _Knobs:
+    chunk_size: int
+    chunk_delay_s: float
+    commands: queue.SimpleQueue[Callable[[], None]] = field(default_factory=queue.SimpleQueue)
+
+
+class Engine:
+    def __init__(
+        self,
+        connector: SourceConnector,
+        outputs: Sequence[Output],
+        store: StateStore,
+        settings: EngineSettings | None = None,
+        *,
+        clock: Clock | None = None,
+        election: LeaderElection | None = None,
+        hooks: PhaseHooks | None = None,
+    ) -> None:
+        self.connector = connector
+        self.settings = settings or EngineSettings()
+        self.clock = clock or SystemClock()
+        self.election = election or SingleNodeLeadership()
+        self.hooks = hooks or PhaseHooks()
+        self.delivery = Delivery(outputs, store, self.clock, epoch=self.election.epoch,
+                                 batch_size=self.settings.batch_size)
+        self.store = store
+        self.knobs = _Knobs(self.settings.chunk_size, self.settings.chunk_delay_s)
+        self.live = dumpops.DumpQueue()
+        self._open: _OpenChunk | None = None
+        self._tx = _Transaction()
+        self._safe_position: Position | None = None
+        self._tables: dict[TableId, TableInfo] = {}
+        self._next_chunk_at = 0.0
+        self._stop = threading.Event()
+        self.running = threading.Event()
+
+    # -- control (any thread) -------------------------------------------------------------
+
+    def request_dump(
+        self, tables: Sequence[str | TableId] | None = None, *, table: str | TableId | None = None,
+        keys: Sequence[Sequence[Any]] | None = None,
+    ) -> Future[str]:
+        """Queue a dump of ``tables`` (None: all captured tables) or of ``keys`` of ``table``.
+
+        The future resolves to the dump id once the engine validated and stored the request,
+        or raises :class:`DumpRequestError`.
+        """
+        result: Future[str] = Future()
+        self._command(lambda: self._accept_dump(result, tables, table, keys))
+        return result
+
+    def set_dump_state(self, dump_id: str, state: DumpState) -> Future[str]:
+        """Pause (PAUSED), resume (QUEUED) or cancel (CANCELLED) a dump, between chunks."""
+        result: Future[str] = Future()
+        self._command(lambda: self._change_dump(result, dump_id, state))
+        return result
+
+    def set_knobs(self, chunk_size: int | None = None, chunk_delay_s: float | None = None) -> None:
+        if chunk_size is not None:
+            if chunk_size < 1:
+                raise DumpRequestError("chunk_size must be at least 1")
+            self.knobs.chunk_size = chunk_size
+        if chunk_delay_s is not None:
+            self.knobs.chunk_delay_s = max(0.0, chunk_delay_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def status(self) -> dict[str, Any]:
+        state = self.delivery.state
+        return {
+            "running": self.running.is_set(),
+            "committed_position": None if state.position is None else str(state.position),
+            "committed_seq": state.seq,
+            "emitted_seq": self.delivery.last_seq,
+            "dumps": [dumpops.dump_to_json(d) for d in self.live.dumps if not d.internal],
+        }
+
+    def _command(self, command: Callable[[], None]) -> None:
+        self.knobs.commands.put(command)
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self) -> PipelineState:
+        """Run until :meth:`stop`; return the committed state."""
+        self.connector.prepare()
+        reader = self.connector.log_reader()
+        self._chunks = self.connector.chunk_reader()
+        self._watermarks = self.connector.watermark_writer()
+        try:
+            self._resume(reader)
+            self.running.set()
+            self._loop(reader)
+            return self.delivery.commit()
+        finally:
+            self.running.clear()
+            self.delivery.close()
+            for closeable in (reader, self._chunks, self._watermarks):
+                closeable.close()
+
+    def _resume(self, reader: Any) -> None:
+        stored = self.store.load()
+        state = PipelineState() if stored is None else state_from_json(stored.data)
+        self.delivery.resume(state, None if stored is None else stored.version)
+        self._open, self._tx, self._tables = None, _Transaction(), {}
+        if stored is None:
+            self.delivery.save(state)
+            for tables in self.settings.initial_dumps:
+                self.request_dump(tables)
+        self.live = state.dumps
+        self._safe_position = state.position
+        self.delivery.on_commit = reader.acknowledge
+        reader.start(state.position)
+        log.info("resumed at position %s, seq %d, %d dump(s) queued", state.position,
+                 state.seq, sum(1 for d in state.dumps.dumps if d.state in dumpops.ACTIVE_STATES))
+
+    def _loop(self, reader: Any) -> None:
+        clock, settings = self.clock, self.settings
+        last_commit = last_heartbeat = last_progress = clock.monotonic()
+        while not self._stop.is_set():
+            self._apply_commands()
+            if not self.election.is_leader():
+                log.warning("leadership lost: stopping emission")
+                return
+            if self._open is None:
+                self._maybe_start_chunk()
+            for item in reader.poll(settings.poll_timeout_s):
+                self._process(item)
+            now = clock.monotonic()
+            self._check_window(now)
+            if now - last_commit >= settings.flush_interval_s:
+                self.delivery.commit()
+                last_commit = now
+            if now - last_heartbeat >= settings.heartbeat_interval_s:
+                self._watermarks.write(f"hb-{uuid.uuid4().hex}")
+                last_heartbeat = now
+            if now - last_progress >= settings.progress_interval_s:
+                self._log_progress()
+                last_progress = now
+
+    def _apply_commands(self) -> None:
+        while True:
+            try:
+                command = self.knobs.commands.get_nowait()
+            except queue.Empty:
+                return
+            command()
+
+    # -- log items ------------------------------------------------------------------------
+
+    def _process(self, item: LogItem) -> None:
+        if isinstance(item, Watermark):
+            self._on_watermark(item)
+            return
+        if item.op is Op.BEGIN:
+            self._tx = _Transaction(begin=item)
+        elif item.op is Op.COMMIT:
+            if self._tx.emitted:
+                self.delivery.emit(item)
+            self._tx = _Transaction()
+            self._safe_position = item.position
+            self.delivery.mark(item.position)
+        else:
+            if self._open is not None:
+                self._open.window = on_change(self._open.window, item)
+            if self._tx.begin is not None and not self._tx.emitted:
+                self.delivery.emit(self._tx.begin)
+                self._tx.emitted = True
+            self.delivery.emit(item)
+
+    def _on_watermark(self, mark: Watermark) -> None:
+        if self._open is None:
+            return
+        window, closed = on_watermark(self._open.window, mark.value)
+        self._open.window = window
+        if closed:
+            self._close_chunk(mark.position)
+
+    def _close_chunk(self, high_position: Position | None) -> None:
+        assert self._open is not None
+        chunk, self._open = self._open, None
+        window, plan = chunk.window, chunk.plan
+        self._next_chunk_at = self.clock.monotonic() + self.knobs.chunk_delay_s
+        dump = self.live.get(plan.dump_id)
+        if dump is None or dump.state not in dumpops.ACTIVE_STATES:
+            return
+        if window.discarded:
+            log.info("chunk of %s discarded by a truncate/schema change; reading it again",
+                     plan.table)
+            return
+        rows = surviving_rows(window)
+        for key, row in rows:
+            self.delivery.emit(ChangeEvent(Op.READ, plan.table, key, after=row,
+                                           position=high_position, dump_id=plan.dump_id))
+        dump = dumpops.complete_chunk(dump, plan, window.last_key, chunk.selected, len(rows),
+                                      self.knobs.chunk_size)
+        self.live = self.live.put(dump)
+        if window.refetch:
+            refetch = dumpops.keys_dump(plan.table, sorted(window.refetch, key=repr),
+                                        internal=True)
+            self.live = self.live.add(refetch, front=True)
+            self.delivery.mark(self._safe_position, refetch)
+        self.delivery.mark(self._safe_position, dump)
+        if dump.state is DumpState.DONE:
+            log.info("dump %s done: %d rows in %d chunks", dump.id, dump.rows, dump.chunks)
+
+    def _check_window(self, now: float) -> None:
+        if self._open is not None and now - self._open.opened_at > self.settings.window_timeout_s:
+            raise FatalSourceError(
+                f"the high watermark of a chunk of {self._open.plan.table} was not seen in the "
+                f"log within {self.settings.window_timeout_s:.0f}s",
+                fix="check that the watermark table is captured by the log reader",
+            )
+
+    # -- chunks ---------------------------------------------------------------------------
+
+    def _maybe_start_chunk(self) -> None:
+        if self.clock.monotonic() < self._next_chunk_at:
+            return
+        dump = self.live.active()
+        if dump is None:
+            return
+        plan = dumpops.next_chunk(dump, self.knobs.chunk_size)
+        try:
+            if plan is None:
+                self._set_live(dumpops.set_state(dump, DumpState.DONE))
+            elif plan.needs_start:
+                self._start_table(dump, plan.table)
+            else:
+                self._open_chunk(plan)
+        except DumpRequestError as exc:
+            log.error("dump %s failed: %s", dump.id, exc)
+            self._set_live(dumpops.set_state(dump, DumpState.FAILED, str(exc)))
+
+    def _table_info(self, table: TableId) -> TableInfo:
+        if table not in self._tables:
+            self._tables[table] = self._chunks.table_info(table)
+        return self._tables[table]
+
+    def _start_table(self, dump: Dump, table: TableId) -> None:
+        info = self._table_info(table)
+        upper = self._chunks.max_key(info)
+        started = dumpops.start_table(dump, table, upper, info.estimated_rows)
+        self.live = self.live.put(started)
+        self.delivery.mark(self._safe_position, started)
+        log.info("dump %s: %s up to key %s (~%d rows)", dump.id, table, upper,
+                 info.estimated_rows)
+
+    def _open_chunk(self, plan: ChunkPlan) -> None:
+        info = self._table_info(plan.table)
+        low, high = f"L-{uuid.uuid4().hex}", f"H-{uuid.uuid4().hex}"
+        self._watermarks.write(low)
+        if self.hooks.after_low:
+            self.hooks.after_low(plan.table)
+        if plan.keys is not None:
+            rows = self._chunks.read_keys(info, plan.keys)
+        else:
+            rows = self._chunks.read_chunk(info, plan.after, plan.upper, self.knobs.chunk_size)
+        if self.hooks.before_high:
+            self.hooks.before_high(plan.table)
+        self._watermarks.write(high)
+        window = open_window(plan.table, low, high, rows)
+        self._open = _OpenChunk(plan, window, len(rows), self.clock.monotonic())
+
+    def _set_live(self, dump: Dump) -> None:
+        """Change a dump's state now; its committed progress still moves only with acks."""
+        self.live = self.live.put(dump)
+        self.delivery.commit()
+
+        def change(state: PipelineState) -> PipelineState:
+            old = state.dumps.get(dump.id)
+            if old is None:
+                return replace(state, dumps=state.dumps.add(dump))
+            return replace(state, dumps=state.dumps.put(
+                replace(old, state=dump.state, error=dump.error)))
+
+        self.delivery.update_committed(change)
+
+    # -- control commands (engine thread) -------------------------------------------------
+
+    def _accept_dump(
+        self, result: Future[str], tables: Sequence[str | TableId] | None,
+        table: str | TableId | None, keys: Sequence[Sequence[Any]] | None,
+    ) -> None:
+        try:
+            dump = self._build_dump(tables, table, keys)
+        except DblogError as exc:
+            result.set_exception(exc)
+            return
+        self.delivery.commit()
+        self.live = self.live.add(dump)
+        self.delivery.update_committed(lambda s: replace(s, dumps=s.dumps.add(dump)))
+        log.info("dump %s queued: %s", dump.id, ", ".join(str(t.table) for t in dump.tables))
+        result.set_result(dump.id)
+
+    def _build_dump(
+        self, tables: Sequence[str | TableId] | None, table: str | TableId | None,
+        keys: Sequence[Sequence[Any]] | None,
+    ) -> Dump:
+        if keys is not None:
+            if table is None:
+                raise DumpRequestError("a dump of primary keys needs the table they belong to")
+            info = self._table_info(_table_id(table))
+            parsed: list[Key] = [self._chunks.parse_key(info, k) for k in keys]
+            return dumpops.keys_dump(info.table, parsed)
+        names = self._chunks.list_tables() if tables is None else [_table_id(t) for t in tables]
+        for name in names:
+            self._table_info(name)
+        return dumpops.tables_dump(names)
+
+    def _change_dump(self, result: Future[str], dump_id: str, state: DumpState) -> None:
+        dump = self.live.get(dump_id)
+        if dump is None:
+            result.set_exception(DumpRequestError(f"no dump with id {dump_id!r}"))
+            return
+        if dump.state in (DumpState.DONE, DumpState.CANCELLED, DumpState.FAILED):
+            result.set_exception(DumpRequestError(f"dump {dump_id} is already {dump.state.value}"))
+            return
+        if self._open is not None and self._open.plan.dump_id == dump_id:
+            self._open = None  # the window's rows are never emitted; progress stays before it
+        self._set_live(dumpops.set_state(dump, state))
+        result.set_result(dump_id)
+
+    def _log_progress(self) -> None:
+        dump = self.live.active()
+        if dump is None or dump.internal:
+            return
+        total = sum(t.estimated_rows for t in dump.tables)
+        log.info("dump %s: %d rows in %d chunks (~%d estimated), stream seq %d", dump.id,
+                 dump.rows, dump.chunks, total, self.delivery.last_seq)
+
+
+def _table_id(value: str | TableId) -> TableId:
+    return value if isinstance(value, TableId) else TableId.parse(value)

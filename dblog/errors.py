@@ -1,0 +1,71 @@
+"""The one error tree of dblog.
+
+::
+
+    DblogError
+    ├── ConfigError            invalid configuration; the message names the field and the fix
+    ├── DumpRequestError       bad dump request (unknown table, no primary key, malformed key)
+    ├── SourceError            the source database
+    │   ├── RetryableSourceError   connection lost, server restarting: retried with backoff
+    │   └── FatalSourceError       settings, rights, missing plugin: stops with the fix spelled out
+    ├── OutputError            an output could not deliver
+    │   ├── RetryableOutputError
+    │   └── FatalOutputError
+    └── StateError             the state store
+        └── FencedError        a compare-and-set write lost: another leader (newer epoch) owns the state
+
+Driver errors are classified once, in each adapter (``connectors/*``, ``outputs/*``), into
+the retryable or fatal branch; the core only looks at :attr:`DblogError.retryable`.
+"""
+
+from __future__ import annotations
+
+
+class DblogError(Exception):
+    """Base of every error dblog raises on purpose."""
+
+    retryable: bool = False
+
+    def __init__(self, message: str, *, fix: str | None = None) -> None:
+        self.fix = fix
+        super().__init__(f"{message}\n  fix: {fix}" if fix else message)
+
+
+class ConfigError(DblogError):
+    """The configuration is invalid."""
+
+
+class DumpRequestError(DblogError):
+    """A dump request cannot be served as asked; nothing else is affected."""
+
+
+class SourceError(DblogError):
+    """The source database failed."""
+
+
+class RetryableSourceError(SourceError):
+    retryable = True
+
+
+class FatalSourceError(SourceError):
+    """Unsupported configuration or missing rights on the source."""
+
+
+class OutputError(DblogError):
+    """An output failed to deliver."""
+
+
+class RetryableOutputError(OutputError):
+    retryable = True
+
+
+class FatalOutputError(OutputError):
+    pass
+
+
+class StateError(DblogError):
+    """The state store failed."""
+
+
+class FencedError(StateError):
+    """A state write was rejected because a newer leader epoch owns the state."""

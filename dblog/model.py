@@ -1,0 +1,97 @@
+"""The event model: what flows from a source connector through the engine to outputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from dblog.positions import Position
+
+Key = tuple[Any, ...]
+"""A primary key in canonical form: one normalised value per key column, in key order."""
+
+Row = dict[str, Any]
+"""A row image: column name to canonical value (see docs/types.md)."""
+
+
+class Op(str, Enum):
+    INSERT = "insert"
+    UPDATE = "update"
+    DELETE = "delete"
+    READ = "read"
+    TRUNCATE = "truncate"
+    SCHEMA = "schema"
+    BEGIN = "begin"
+    COMMIT = "commit"
+
+
+ROW_OPS = frozenset({Op.INSERT, Op.UPDATE, Op.DELETE, Op.READ})
+TABLE_OPS = frozenset({Op.TRUNCATE, Op.SCHEMA})
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TableId:
+    schema: str
+    name: str
+
+    @classmethod
+    def parse(cls, text: str, default_schema: str = "public") -> TableId:
+        schema, dot, name = text.partition(".")
+        if not dot:
+            return cls(default_schema, schema)
+        return cls(schema, name)
+
+    def __str__(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+
+@dataclass(slots=True)
+class ChangeEvent:
+    """One event of the stream.
+
+    ``key`` is the key of the row after the change (before it for deletes); ``old_key`` is set
+    only when an update changed the key. ``unchanged`` names columns the source did not send
+    (PostgreSQL TOAST): they are absent from ``after`` and keep their previous value.
+    ``seq`` is assigned by the engine when the event is emitted.
+    """
+
+    op: Op
+    table: TableId | None
+    key: Key | None = None
+    before: Row | None = None
+    after: Row | None = None
+    position: Position | None = None
+    txid: int | None = None
+    commit_ts: str | None = None
+    old_key: Key | None = None
+    unchanged: tuple[str, ...] = ()
+    dump_id: str | None = None
+    seq: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Watermark:
+    """A write to this instance's watermark row seen in the log (never reaches outputs)."""
+
+    value: str
+    position: Position | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnInfo:
+    name: str
+    type_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TableInfo:
+    table: TableId
+    columns: tuple[ColumnInfo, ...]
+    key_columns: tuple[str, ...]
+    estimated_rows: int = 0
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+LogItem = ChangeEvent | Watermark
+"""What a log reader yields, in log order. BEGIN/COMMIT come as ChangeEvents with no table."""

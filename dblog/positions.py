@@ -1,0 +1,62 @@
+"""Typed, ordered source positions.
+
+A position is where the log reader can resume: everything up to and including it has been
+handed out. Positions of one source kind are totally ordered; they serialise to a string
+with a kind prefix so the state store can hold any of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Protocol, runtime_checkable
+
+from dblog.errors import StateError
+
+
+@runtime_checkable
+class Position(Protocol):
+    kind: ClassVar[str]
+
+    def __lt__(self, other: object) -> bool: ...
+
+    def __le__(self, other: object) -> bool: ...
+
+    def encode(self) -> str:
+        """The stable string form, ``decode_position`` reverses it."""
+        ...
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Lsn:
+    """A PostgreSQL log sequence number."""
+
+    value: int
+    kind: ClassVar[str] = "lsn"
+
+    @classmethod
+    def parse(cls, text: str) -> Lsn:
+        """Parse ``'16/B374D848'``."""
+        high, _, low = text.partition("/")
+        if not low:
+            raise ValueError(f"not an LSN: {text!r}")
+        return cls((int(high, 16) << 32) | int(low, 16))
+
+    def __str__(self) -> str:
+        return f"{self.value >> 32:X}/{self.value & 0xFFFFFFFF:X}"
+
+    def encode(self) -> str:
+        return f"lsn:{self}"
+
+
+_DECODERS = {"lsn": Lsn.parse}
+
+
+def decode_position(text: str | None) -> Position | None:
+    """Reverse :meth:`Position.encode`; ``None`` stays ``None``."""
+    if text is None:
+        return None
+    kind, _, body = text.partition(":")
+    try:
+        return _DECODERS[kind](body)
+    except (KeyError, ValueError) as exc:
+        raise StateError(f"cannot decode stored position {text!r}: {exc}") from exc

@@ -1,0 +1,134 @@
+"""The contracts between the core and everything that touches a driver.
+
+The core (engine, window, dumps, acknowledgements) depends only on these protocols. Concrete
+implementations live in ``dblog.connectors.*`` (source side), ``dblog.outputs.*`` (sinks),
+``dblog.state`` (file store) and ``dblog.testing`` (in-memory doubles).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from dblog.model import ChangeEvent, Key, LogItem, Row, TableId, TableInfo
+from dblog.positions import Position
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class LogReader(Protocol):
+    """Tails the source's log from a position, yielding items in commit order."""
+
+    def start(self, position: Position | None) -> None:
+        """Begin reading after ``position`` (``None``: where the source's slot/cursor stands)."""
+
+    def poll(self, timeout: float) -> Sequence[LogItem]:
+        """Return the next items in log order, waiting at most ``timeout`` seconds for the first."""
+        ...
+
+    def acknowledge(self, position: Position) -> None:
+        """Everything up to ``position`` is durable in every output; the source may discard it."""
+
+    def close(self) -> None: ...
+
+
+class ChunkReader(Protocol):
+    """Reads table metadata and primary-key chunks from the source (step 3 of the algorithm)."""
+
+    def list_tables(self) -> list[TableId]: ...
+
+    def table_info(self, table: TableId, key_columns: Sequence[str] | None = None) -> TableInfo:
+        """Columns and key of ``table``; raises DumpRequestError if unknown or without a key."""
+        ...
+
+    def max_key(self, info: TableInfo) -> Key | None: ...
+
+    def read_chunk(
+        self, info: TableInfo, after: Key | None, upper: Key | None, limit: int
+    ) -> list[tuple[Key, Row]]:
+        """Rows with ``after < key <= upper`` in key order, at most ``limit``; fresh transaction."""
+        ...
+
+    def read_keys(self, info: TableInfo, keys: Sequence[Key]) -> list[tuple[Key, Row]]: ...
+
+    def parse_key(self, info: TableInfo, values: Sequence[object]) -> Key:
+        """Turn user-given key values into the canonical key; raises DumpRequestError."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class WatermarkWriter(Protocol):
+    def write(self, value: str) -> None:
+        """Set this instance's watermark row to ``value`` in its own committed transaction."""
+
+    def close(self) -> None: ...
+
+
+class SourceConnector(Protocol):
+    """A source: builds the three roles above. ``prepare`` checks settings and creates objects."""
+
+    instance: str
+
+    def prepare(self) -> None: ...
+
+    def log_reader(self) -> LogReader: ...
+
+    def chunk_reader(self) -> ChunkReader: ...
+
+    def watermark_writer(self) -> WatermarkWriter: ...
+
+
+@runtime_checkable
+class Output(Protocol):
+    """Receives events in stream order and acknowledges what is durable."""
+
+    name: str
+
+    def open(self, committed_seq: int) -> None:
+        """Start; ``committed_seq`` is the last sequence number in the committed state.
+
+        Outputs that can (files, transactional sinks) drop anything they hold beyond it, so a
+        restart replays exactly from the committed state.
+        """
+
+    def write(self, events: Sequence[ChangeEvent]) -> None:
+        """Accept a batch; may buffer. Raises OutputError on failure."""
+
+    def flush(self) -> int:
+        """Make everything written durable; return the highest durable sequence number."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StoredState:
+    version: int
+    data: dict[str, object]
+
+
+class StateStore(Protocol):
+    """Durable pipeline state with compare-and-set writes fenced by the leader epoch."""
+
+    def load(self) -> StoredState | None: ...
+
+    def save(self, data: dict[str, object], expected_version: int | None, epoch: int) -> int:
+        """Write if the stored version is ``expected_version`` (None: must not exist) and
+        ``epoch`` is not older than the stored epoch; return the new version or raise
+        FencedError."""
+        ...
+
+
+class LeaderElection(Protocol):
+    @property
+    def epoch(self) -> int: ...
+
+    def is_leader(self) -> bool:
+        """False as soon as leadership is in doubt; the engine stops emitting."""
+        ...

@@ -1,0 +1,294 @@
+"""Test doubles shipped with dblog: an in-memory source, a list output, a fake clock, and a
+replay helper that applies a stream to a dict (the I3 check).
+
+The in-memory source keeps tables as dicts and a log list; committing a transaction appends
+its changes to the log in commit order, just as a database's log would. Watermark writes are
+log entries too, so the engine's windows close exactly as they do against a real server.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dblog.errors import DumpRequestError
+from dblog.model import ChangeEvent, ColumnInfo, Key, LogItem, Op, Row, TableId, TableInfo, Watermark
+from dblog.positions import Lsn, Position
+from dblog.spi import StoredState
+
+
+class FakeClock:
+    def __init__(self, start: float = 0.0) -> None:
+        self.now = start
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class MemoryTable:
+    info: TableInfo
+    rows: dict[Key, Row] = field(default_factory=dict)
+
+
+class MemoryDatabase:
+    """Tables plus a commit-ordered log. Positions are ``Lsn`` values counting log entries."""
+
+    def __init__(self) -> None:
+        self.tables: dict[TableId, MemoryTable] = {}
+        self.log: list[LogItem] = []
+        self.lock = threading.Lock()
+        self._xid = 0
+
+    def create_table(self, name: str, columns: Sequence[str], key: Sequence[str]) -> TableId:
+        table = TableId.parse(name)
+        info = TableInfo(table, tuple(ColumnInfo(c, "any") for c in columns), tuple(key))
+        self.tables[table] = MemoryTable(info)
+        return table
+
+    def _append(self, item: ChangeEvent | Watermark) -> None:
+        position = Lsn(len(self.log) + 1)
+        if isinstance(item, Watermark):
+            self.log.append(Watermark(item.value, position))
+        else:
+            item.position = position
+            self.log.append(item)
+
+    def transaction(self, changes: Iterable[tuple[str, TableId, Row]]) -> None:
+        """Apply ``(op, table, row)`` changes atomically; op is insert|update|delete|upsert.
+        An update row may carry ``"__old_key__"`` to change the key."""
+        with self.lock:
+            self._xid += 1
+            self._append(ChangeEvent(Op.BEGIN, None, txid=self._xid))
+            for op, table, row in changes:
+                self._apply(op, table, dict(row))
+            self._append(ChangeEvent(Op.COMMIT, None, txid=self._xid))
+
+    def _apply(self, op: str, table: TableId, row: Row) -> None:
+        mem = self.tables[table]
+        key_cols = mem.info.key_columns
+        old_key = row.pop("__old_key__", None)
+        key = tuple(row[c] for c in key_cols)
+        if op == "delete":
+            before = mem.rows.pop(key, None)
+            if before is not None:
+                self._append(ChangeEvent(Op.DELETE, table, key, before=before, txid=self._xid))
+            return
+        previous_key = tuple(old_key) if old_key is not None else key
+        before = mem.rows.pop(previous_key, None)
+        if op == "update" and before is None:
+            return
+        mem.rows[key] = row
+        event_op = Op.INSERT if before is None else Op.UPDATE
+        self._append(ChangeEvent(event_op, table, key, before=before, after=dict(row),
+                                 old_key=previous_key if previous_key != key else None,
+                                 txid=self._xid))
+
+    def truncate(self, table: TableId) -> None:
+        with self.lock:
+            self._xid += 1
+            self._append(ChangeEvent(Op.BEGIN, None, txid=self._xid))
+            self.tables[table].rows.clear()
+            self._append(ChangeEvent(Op.TRUNCATE, table, txid=self._xid))
+            self._append(ChangeEvent(Op.COMMIT, None, txid=self._xid))
+
+    def watermark(self, value: str) -> None:
+        with self.lock:
+            self._xid += 1
+            self._append(ChangeEvent(Op.BEGIN, None, txid=self._xid))
+            self._append(Watermark(value))
+            self._append(ChangeEvent(Op.COMMIT, None, txid=self._xid))
+
+
+class MemoryLogReader:
+    def __init__(self, db: MemoryDatabase, max_batch: int = 64) -> None:
+        self.db = db
+        self.max_batch = max_batch
+        self.offset = 0
+        self.acknowledged: Position | None = None
+
+    def start(self, position: Position | None) -> None:
+        self.offset = position.value if isinstance(position, Lsn) else 0
+
+    def poll(self, timeout: float) -> list[LogItem]:
+        with self.db.lock:
+            items = self.db.log[self.offset : self.offset + self.max_batch]
+        self.offset += len(items)
+        return [_copy(i) for i in items]
+
+    def acknowledge(self, position: Position) -> None:
+        self.acknowledged = position
+
+    def close(self) -> None:
+        pass
+
+
+def _copy(item: LogItem) -> LogItem:
+    if isinstance(item, Watermark):
+        return item
+    return ChangeEvent(item.op, item.table, item.key, item.before, item.after, item.position,
+                       item.txid, item.commit_ts, item.old_key, item.unchanged)
+
+
+class MemoryChunkReader:
+    def __init__(self, db: MemoryDatabase) -> None:
+        self.db = db
+
+    def list_tables(self) -> list[TableId]:
+        return sorted(self.db.tables)
+
+    def table_info(self, table: TableId, key_columns: Sequence[str] | None = None) -> TableInfo:
+        if table not in self.db.tables:
+            raise DumpRequestError(f"unknown table {table}")
+        return self.db.tables[table].info
+
+    def _sorted(self, info: TableInfo) -> list[tuple[Key, Row]]:
+        return sorted((k, dict(r)) for k, r in self.db.tables[info.table].rows.items())
+
+    def max_key(self, info: TableInfo) -> Key | None:
+        with self.db.lock:
+            rows = self._sorted(info)
+        return rows[-1][0] if rows else None
+
+    def read_chunk(self, info: TableInfo, after: Key | None, upper: Key | None,
+                   limit: int) -> list[tuple[Key, Row]]:
+        with self.db.lock:
+            rows = self._sorted(info)
+        picked = [(k, r) for k, r in rows
+                  if (after is None or k > after) and (upper is None or k <= upper)]
+        return picked[:limit]
+
+    def read_keys(self, info: TableInfo, keys: Sequence[Key]) -> list[tuple[Key, Row]]:
+        wanted = set(keys)
+        with self.db.lock:
+            return [(k, r) for k, r in self._sorted(info) if k in wanted]
+
+    def parse_key(self, info: TableInfo, values: Sequence[object]) -> Key:
+        if len(values) != len(info.key_columns):
+            raise DumpRequestError(f"a key of {info.table} has {len(info.key_columns)} values")
+        return tuple(values)
+
+    def close(self) -> None:
+        pass
+
+
+class MemoryWatermarkWriter:
+    def __init__(self, db: MemoryDatabase) -> None:
+        self.db = db
+
+    def write(self, value: str) -> None:
+        self.db.watermark(value)
+
+    def close(self) -> None:
+        pass
+
+
+class MemoryConnector:
+    """A :class:`dblog.spi.SourceConnector` over a :class:`MemoryDatabase`."""
+
+    def __init__(self, db: MemoryDatabase, instance: str = "test") -> None:
+        self.db = db
+        self.instance = instance
+
+    def prepare(self) -> None:
+        pass
+
+    def log_reader(self) -> MemoryLogReader:
+        return MemoryLogReader(self.db)
+
+    def chunk_reader(self) -> MemoryChunkReader:
+        return MemoryChunkReader(self.db)
+
+    def watermark_writer(self) -> MemoryWatermarkWriter:
+        return MemoryWatermarkWriter(self.db)
+
+
+class ListOutput:
+    """Keeps events in a list; acknowledges everything written, or up to ``ack_limit``."""
+
+    def __init__(self, name: str = "list") -> None:
+        self.name = name
+        self.events: list[ChangeEvent] = []
+        self.ack_limit: int | None = None
+        self.fail_next: Exception | None = None
+
+    def open(self, committed_seq: int) -> None:
+        self.events = [e for e in self.events if e.seq <= committed_seq]
+
+    def write(self, events: Sequence[ChangeEvent]) -> None:
+        if self.fail_next is not None:
+            error, self.fail_next = self.fail_next, None
+            raise error
+        self.events.extend(events)
+
+    def flush(self) -> int:
+        last = self.events[-1].seq if self.events else 0
+        return last if self.ack_limit is None else min(last, self.ack_limit)
+
+    def close(self) -> None:
+        pass
+
+
+class MemoryStateStore:
+    def __init__(self) -> None:
+        self.stored: StoredState | None = None
+        self.epoch = -1
+        self.writes = 0
+
+    def load(self) -> StoredState | None:
+        return self.stored
+
+    def save(self, data: dict[str, object], expected_version: int | None, epoch: int) -> int:
+        from dblog.errors import FencedError
+
+        current = None if self.stored is None else self.stored.version
+        if epoch < self.epoch:
+            raise FencedError(f"epoch {epoch} is older than {self.epoch}")
+        if current != expected_version:
+            raise FencedError(f"version is {current}, expected {expected_version}")
+        version = 0 if current is None else current + 1
+        self.stored, self.epoch = StoredState(version, data), epoch
+        self.writes += 1
+        return version
+
+
+def replay(events: Iterable[dict[str, Any] | ChangeEvent],
+           key_of: Callable[[dict[str, Any]], Any] | None = None) -> dict[Any, dict[str, Any]]:
+    """Apply a stream (native dicts or events) to an empty store: upsert after-images (merging
+    columns marked unchanged), delete on delete, clear on truncate. Keys are (table, key)."""
+    store: dict[Any, dict[str, Any]] = {}
+    for raw in events:
+        event = raw if isinstance(raw, dict) else _as_native(raw)
+        op, table = event["op"], (event.get("schema"), event.get("table"))
+        if op in ("begin", "commit", "schema"):
+            continue
+        if op == "truncate":
+            for k in [k for k in store if k[0] == table]:
+                del store[k]
+            continue
+        key = (table, tuple(event["key"]))
+        if event.get("old_key") is not None:
+            old = store.pop((table, tuple(event["old_key"])), None)
+            if old is not None and event.get("unchanged"):
+                store[key] = old
+        if op == "delete":
+            store.pop(key, None)
+            continue
+        row = dict(store.get(key, {})) if event.get("unchanged") else {}
+        row.update(event["after"])
+        store[key] = row
+    return store
+
+
+def _as_native(event: ChangeEvent) -> dict[str, Any]:
+    from dblog.formats import native
+
+    return native(event)

@@ -1,0 +1,80 @@
+"""The watermark window: steps 6 and 7 of the algorithm, as pure functions on values.
+
+A window holds the rows of one chunk, selected between the low watermark L and the high
+watermark H. Between seeing L and seeing H in the log, every change to the chunk's table removes
+the rows whose key it touches (both keys for a key-changing update); a truncate or schema change
+discards the whole chunk. When H is seen the surviving rows are emitted, before any later event.
+
+Why dropping is safe: a log event between L and H for key k is emitted to outputs anyway, and it
+is at least as new as the chunk's row for k could be (the row was read after L committed and
+before H, so either the event is newer, or it was already visible to the SELECT and carries the
+same or a newer version). Emitting the chunk row after it could go back in time (I2); dropping it
+loses nothing because the event itself carries the row. Rows the log did not touch cannot have
+changed between the SELECT and H, so emitting them at H is correct.
+
+An event whose after-image is incomplete (PostgreSQL unchanged TOAST columns) cannot stand in
+for the row it evicts, so its key is listed in ``refetch``: the engine reads those keys again in
+a later window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from dblog.model import ROW_OPS, TABLE_OPS, ChangeEvent, Key, Row, TableId
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkWindow:
+    table: TableId
+    low: str
+    high: str
+    rows: Mapping[Key, Row]
+    last_key: Key | None
+    low_seen: bool = False
+    discarded: bool = False
+    dropped: int = 0
+    refetch: frozenset[Key] = field(default_factory=frozenset)
+
+
+def open_window(
+    table: TableId, low: str, high: str, rows: list[tuple[Key, Row]]
+) -> ChunkWindow:
+    """A window over the rows a chunk SELECT returned (in key order)."""
+    last_key = rows[-1][0] if rows else None
+    return ChunkWindow(table=table, low=low, high=high, rows=dict(rows), last_key=last_key)
+
+
+def on_watermark(window: ChunkWindow, value: str) -> tuple[ChunkWindow, bool]:
+    """Observe a watermark value; return the window and whether it is now closed (H seen)."""
+    if value == window.low:
+        return replace(window, low_seen=True), False
+    if value == window.high and window.low_seen:
+        return window, True
+    return window, False
+
+
+def on_change(window: ChunkWindow, event: ChangeEvent) -> ChunkWindow:
+    """Apply the drop rule for one log event."""
+    if not window.low_seen or event.table != window.table or window.discarded:
+        return window
+    if event.op in TABLE_OPS:
+        return replace(window, rows={}, discarded=True, dropped=window.dropped + len(window.rows))
+    if event.op not in ROW_OPS:
+        return window
+    touched = [k for k in (event.key, event.old_key) if k is not None and k in window.rows]
+    if not touched:
+        return window
+    rows = dict(window.rows)
+    for key in touched:
+        del rows[key]
+    refetch = window.refetch
+    if event.unchanged and event.key in touched:
+        refetch = refetch | {event.key}
+    return replace(window, rows=rows, dropped=window.dropped + len(touched), refetch=refetch)
+
+
+def surviving_rows(window: ChunkWindow) -> list[tuple[Key, Row]]:
+    """The rows to emit as ``read`` events when H is seen, in key order."""
+    return list(window.rows.items())

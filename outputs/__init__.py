@@ -1,0 +1,1 @@
+"""Outputs shipped with dblog (installed as ``dblog.outputs``)."""

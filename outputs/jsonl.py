@@ -1,0 +1,137 @@
+"""JSON lines to a file or stdout.
+
+Acknowledges a sequence number only after the line is flushed and fsynced. On open it cuts the
+file back to the committed sequence number (lines written but never committed, and a torn last
+line, are removed), so after a crash the file continues exactly where the committed state is.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+from pydantic import BaseModel, ConfigDict
+
+from dblog.errors import FatalOutputError
+from dblog.formats import native
+from dblog.model import ChangeEvent
+
+_BLOCK = 1 << 16
+
+
+class JsonlConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: str = "jsonl"
+    path: str = "-"
+    format: str = "native"
+    fsync: bool = True
+
+
+def _line_seq(line: bytes) -> int | None:
+    try:
+        value = orjson.loads(line).get("seq")
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, int) else None
+
+
+def truncate_after(path: Path, committed_seq: int) -> int:
+    """Cut ``path`` after the last complete line whose seq <= committed_seq; return bytes cut."""
+    size = path.stat().st_size
+    with open(path, "rb+") as handle:
+        keep = _find_cut(handle, size, committed_seq)
+        if keep < size:
+            handle.truncate(keep)
+            handle.flush()
+            os.fsync(handle.fileno())
+    return size - keep
+
+
+def _find_cut(handle: BinaryIO, size: int, committed_seq: int) -> int:
+    """Scan lines backwards for the end of the last committed one (seq grows down the file).
+    ``buf`` holds the bytes [buf_start, end of the unexamined region)."""
+    buf, buf_start = b"", size
+    while True:
+        newline = buf.rfind(b"\n", 0, len(buf) - 1) if len(buf) > 1 else -1
+        if newline < 0 and buf_start > 0:
+            read_start = max(0, buf_start - _BLOCK)
+            handle.seek(read_start)
+            buf, buf_start = handle.read(buf_start - read_start) + buf, read_start
+            continue
+        line_start = newline + 1
+        line = buf[line_start:]
+        if line.endswith(b"\n"):  # a torn (unterminated) last line never counts
+            seq = _line_seq(line[:-1])
+            if seq is not None and seq <= committed_seq:
+                return buf_start + line_start + len(line)
+        buf = buf[:line_start]
+        if not buf and buf_start == 0:
+            return 0
+
+
+class JsonlOutput:
+    """A :class:`dblog.spi.Output` writing one JSON document per line."""
+
+    def __init__(self, config: JsonlConfig | dict[str, Any] | None = None, *,
+                 name: str | None = None) -> None:
+        self.config = config if isinstance(config, JsonlConfig) else JsonlConfig(**(config or {}))
+        if self.config.format != "native":
+            raise FatalOutputError(f"jsonl format {self.config.format!r} is not supported yet",
+                                   fix="use format: native")
+        self.name = name or f"jsonl:{self.config.path}"
+        self._handle: BinaryIO | None = None
+        self._written = -1
+        self._durable = -1
+
+    @classmethod
+    def from_config(cls, raw: dict[str, Any]) -> JsonlOutput:
+        return cls(JsonlConfig(**raw))
+
+    def open(self, committed_seq: int) -> None:
+        if self.config.path == "-":
+            self._handle = sys.stdout.buffer
+        else:
+            path = Path(self.config.path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.exists():
+                truncate_after(path, committed_seq)
+            self._handle = open(path, "ab")  # noqa: SIM115 - closed in close()
+        self._written = self._durable = committed_seq
+
+    def write(self, events: Sequence[ChangeEvent]) -> None:
+        handle = self._require()
+        dumps = orjson.dumps
+        try:
+            handle.write(b"".join([dumps(native(e)) + b"\n" for e in events]))
+        except OSError as exc:
+            raise FatalOutputError(f"writing {self.config.path} failed: {exc}") from exc
+        if events:
+            self._written = events[-1].seq
+
+    def flush(self) -> int:
+        handle = self._require()
+        if self._durable == self._written:
+            return self._durable
+        try:
+            handle.flush()
+            if self.config.fsync and self.config.path != "-":
+                os.fsync(handle.fileno())
+        except OSError as exc:
+            raise FatalOutputError(f"flushing {self.config.path} failed: {exc}") from exc
+        self._durable = self._written
+        return self._durable
+
+    def _require(self) -> BinaryIO:
+        if self._handle is None:
+            raise FatalOutputError(f"output {self.name} is not open")
+        return self._handle
+
+    def close(self) -> None:
+        if self._handle is not None and self.config.path != "-":
+            self._handle.close()
+        self._handle = None
