@@ -46,8 +46,10 @@ class _Queries:
         types = {c.name: c.type_name for c in info.columns}
         self.key_types = [types[k] for k in info.key_columns]
         table = sql.Identifier(info.table.schema, info.table.name)
-        select = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c.name))
-                                    for c in info.columns)
+        # aliases keep ORDER BY on the typed columns, not on their text casts
+        select = sql.SQL(", ").join(
+            sql.SQL("{}::text AS {}").format(sql.Identifier(c.name), sql.Identifier(f"_c{i}"))
+            for i, c in enumerate(info.columns))
         keys = sql.SQL(", ").join(sql.Identifier(k) for k in info.key_columns)
         typed = sql.SQL(", ").join(sql.SQL("%s::{}").format(sql.SQL(t)) for t in self.key_types)
         head = sql.SQL("SELECT {} FROM {}").format(select, table)

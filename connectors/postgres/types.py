@@ -9,8 +9,9 @@ PostgreSQL type               canonical JSON value
 ============================  ===================================================
 smallint, integer, bigint     integer
 boolean                       true / false
-real, double precision        number (``"NaN"``, ``"Infinity"``, ``"-Infinity"`` as strings)
-numeric                       string, exactly as PostgreSQL prints it (``"1.50"``)
+real, double precision        number; NaN and +-Infinity become null (wal2json prints null)
+numeric                       string, exactly as PostgreSQL prints it (``"1.50"``); NaN and
+                              +-Infinity become null, as wal2json prints them
 bytea                         string, lowercase hex without the ``\\x`` prefix
 json, jsonb                   string (the document's text)
 everything else               string in PostgreSQL's ISO text output (timestamps, dates,
@@ -28,6 +29,7 @@ Converter = Callable[[Any], Any]
 
 INT_TYPES = frozenset({"smallint", "integer", "bigint", "int2", "int4", "int8", "oid"})
 FLOAT_TYPES = frozenset({"real", "double precision", "float4", "float8"})
+_INF = float("inf")
 
 
 def _to_int(value: Any) -> Any:
@@ -41,12 +43,20 @@ def _to_bool(value: Any) -> Any:
 
 
 def _to_float(value: Any) -> Any:
+    # wal2json prints NaN and +-Infinity as JSON null, so the dump side maps them to null too
     if value is None:
         return None
     number = float(value)
-    if number != number or number in (float("inf"), float("-inf")):
-        return str(value) if isinstance(value, str) else repr(number)
+    if number != number or number in (_INF, -_INF):
+        return None
     return number
+
+
+def _to_numeric(value: Any) -> Any:
+    if value is None:
+        return None
+    text = value if type(value) is str else str(value)
+    return None if text in ("NaN", "Infinity", "-Infinity") else text
 
 
 def _to_hex(value: Any) -> Any:
@@ -82,6 +92,8 @@ def converter_for(type_name: str) -> Converter:
         return _to_float
     if name == "bytea":
         return _to_hex
+    if name == "numeric":
+        return _to_numeric
     return _to_str
 
 

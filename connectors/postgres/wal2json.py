@@ -54,7 +54,7 @@ class Wal2JsonDecoder:
         self._tables: dict[tuple[str, str], TableId] = {}
 
     def decode(self, payload: bytes | memoryview, header_lsn: int) -> LogItem | None:
-        msg = _decode(bytes(payload))
+        msg = _decode(bytes(payload).decode("utf-8"))
         action = msg["action"]
         if action in _ROW_ACTIONS:
             return self._row_event(msg, _ROW_ACTIONS[action])

@@ -1,0 +1,10 @@
+-- Runs once, when the data directory is first initialised (docker-entrypoint-initdb.d).
+-- A user with the rights a binlog reader needs, plus the dblog database for the watermark table.
+-- The MySQL connector itself is not yet implemented.
+
+CREATE DATABASE IF NOT EXISTS dblog;
+
+CREATE USER IF NOT EXISTS 'dblog'@'%' IDENTIFIED BY 'dblog';
+GRANT SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'dblog'@'%';
+GRANT ALL PRIVILEGES ON dblog.* TO 'dblog'@'%';
+FLUSH PRIVILEGES;
