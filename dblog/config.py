@@ -11,7 +11,7 @@ import difflib
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -34,7 +34,7 @@ class EngineConfig(BaseModel):
 class StateConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    type: str = "file"
+    type: Literal["file"] = "file"
     path: str = "dblog-state.json"
 
 
@@ -55,7 +55,7 @@ class PipelineConfig(BaseModel):
     state: StateConfig = StateConfig()
     engine: EngineConfig = EngineConfig()
     initial_dumps: list[DumpRequestConfig] = Field(default_factory=list)
-    log_level: str = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
 def substitute(text: str, env: dict[str, str] | None = None) -> str:
@@ -64,10 +64,12 @@ def substitute(text: str, env: dict[str, str] | None = None) -> str:
 
     def repl(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
-        if name in env:
+        if env.get(name):
             return env[name]
         if default is not None:
             return default
+        if name in env:
+            return env[name]
         raise ConfigError(f"environment variable {name} is not set",
                           fix=f"export {name}=... or write ${{{name}:-default}}")
 

@@ -60,7 +60,8 @@ class _OpenChunk:
     plan: ChunkPlan
     window: ChunkWindow
     selected: int
-    opened_at: float
+    limit: int
+    idle_s: float = 0.0
 
 
 @dataclass
@@ -196,10 +197,12 @@ class Engine:
                 return
             if self._open is None:
                 self._maybe_start_chunk()
-            for item in reader.poll(settings.poll_timeout_s):
+            started = clock.monotonic()
+            items = reader.poll(settings.poll_timeout_s)
+            for item in items:
                 self._process(item)
             now = clock.monotonic()
-            self._check_window(now)
+            self._check_window(now - started if not items else None)
             if now - last_commit >= settings.flush_interval_s:
                 self.delivery.commit()
                 last_commit = now
@@ -265,7 +268,7 @@ class Engine:
             self.delivery.emit(ChangeEvent(Op.READ, plan.table, key, after=row,
                                            position=high_position, dump_id=plan.dump_id))
         dump = dumpops.complete_chunk(dump, plan, window.last_key, chunk.selected, len(rows),
-                                      self.knobs.chunk_size)
+                                      chunk.limit)
         self.live = self.live.put(dump)
         if window.refetch:
             refetch = dumpops.keys_dump(plan.table, sorted(window.refetch, key=repr),
@@ -276,11 +279,16 @@ class Engine:
         if dump.state is DumpState.DONE:
             log.info("dump %s done: %d rows in %d chunks", dump.id, dump.rows, dump.chunks)
 
-    def _check_window(self, now: float) -> None:
-        if self._open is not None and now - self._open.opened_at > self.settings.window_timeout_s:
+    def _check_window(self, idle_s: float | None) -> None:
+        """Fail when the log stays idle for ``window_timeout_s`` while a window waits for H (a
+        busy log, e.g. catching up a backlog, is not a reason: H arrives after the backlog)."""
+        if self._open is None:
+            return
+        self._open.idle_s = 0.0 if idle_s is None else self._open.idle_s + idle_s
+        if self._open.idle_s > self.settings.window_timeout_s:
             raise FatalSourceError(
-                f"the high watermark of a chunk of {self._open.plan.table} was not seen in the "
-                f"log within {self.settings.window_timeout_s:.0f}s",
+                f"the high watermark of a chunk of {self._open.plan.table} was not seen: the log "
+                f"was idle for {self.settings.window_timeout_s:.0f}s",
                 fix="check that the watermark table is captured by the log reader",
             )
 
@@ -324,15 +332,16 @@ class Engine:
         self._watermarks.write(low)
         if self.hooks.after_low:
             self.hooks.after_low(plan.table)
+        limit = self.knobs.chunk_size
         if plan.keys is not None:
-            rows = self._chunks.read_keys(info, plan.keys)
+            chunk = self._chunks.read_keys(info, plan.keys)
         else:
-            rows = self._chunks.read_chunk(info, plan.after, plan.upper, self.knobs.chunk_size)
+            chunk = self._chunks.read_chunk(info, plan.after, plan.upper, limit)
         if self.hooks.before_high:
             self.hooks.before_high(plan.table)
         self._watermarks.write(high)
-        window = open_window(plan.table, low, high, rows)
-        self._open = _OpenChunk(plan, window, len(rows), self.clock.monotonic())
+        window = open_window(plan.table, low, high, chunk.rows, chunk.pending_txids)
+        self._open = _OpenChunk(plan, window, len(chunk.rows), limit)
 
     def _set_live(self, dump: Dump) -> None:
         """Change a dump's state now; its committed progress still moves only with acks."""

@@ -71,10 +71,13 @@ class Pipeline:
         """Run in this thread until :meth:`stop` or a fatal error."""
         restarts, delay = 0, 1.0
         while not self._stopping.is_set():
+            started = time.monotonic()
             try:
                 self.engine.run()
                 return
             except DblogError as exc:
+                if time.monotonic() - started > 300:  # a long healthy run resets the budget
+                    restarts, delay = 0, 1.0
                 if not exc.retryable or restarts >= self.max_restarts:
                     raise
                 restarts += 1

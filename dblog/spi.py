@@ -15,6 +15,18 @@ from dblog.model import ChangeEvent, Key, LogItem, Row, TableId, TableInfo
 from dblog.positions import Position
 
 
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Rows of one chunk SELECT, in key order, plus the ids of transactions that were still in
+    progress for the SELECT's snapshot. A transaction can reach the log before the low watermark
+    yet be invisible to the SELECT (PostgreSQL writes the commit record a moment before the
+    transaction becomes visible); its events must evict chunk rows like events inside the window.
+    """
+
+    rows: list[tuple[Key, Row]]
+    pending_txids: frozenset[int] = frozenset()
+
+
 class Clock(Protocol):
     def monotonic(self) -> float: ...
 
@@ -50,11 +62,11 @@ class ChunkReader(Protocol):
 
     def read_chunk(
         self, info: TableInfo, after: Key | None, upper: Key | None, limit: int
-    ) -> list[tuple[Key, Row]]:
+    ) -> Chunk:
         """Rows with ``after < key <= upper`` in key order, at most ``limit``; fresh transaction."""
         ...
 
-    def read_keys(self, info: TableInfo, keys: Sequence[Key]) -> list[tuple[Key, Row]]: ...
+    def read_keys(self, info: TableInfo, keys: Sequence[Key]) -> Chunk: ...
 
     def parse_key(self, info: TableInfo, values: Sequence[object]) -> Key:
         """Turn user-given key values into the canonical key; raises DumpRequestError."""

@@ -16,7 +16,7 @@ from typing import Any
 from dblog.errors import DumpRequestError
 from dblog.model import ChangeEvent, ColumnInfo, Key, LogItem, Op, Row, TableId, TableInfo, Watermark
 from dblog.positions import Lsn, Position
-from dblog.spi import StoredState
+from dblog.spi import Chunk, StoredState
 
 
 class FakeClock:
@@ -159,17 +159,17 @@ class MemoryChunkReader:
         return rows[-1][0] if rows else None
 
     def read_chunk(self, info: TableInfo, after: Key | None, upper: Key | None,
-                   limit: int) -> list[tuple[Key, Row]]:
+                   limit: int) -> Chunk:
         with self.db.lock:
             rows = self._sorted(info)
         picked = [(k, r) for k, r in rows
                   if (after is None or k > after) and (upper is None or k <= upper)]
-        return picked[:limit]
+        return Chunk(picked[:limit])
 
-    def read_keys(self, info: TableInfo, keys: Sequence[Key]) -> list[tuple[Key, Row]]:
+    def read_keys(self, info: TableInfo, keys: Sequence[Key]) -> Chunk:
         wanted = set(keys)
         with self.db.lock:
-            return [(k, r) for k, r in self._sorted(info) if k in wanted]
+            return Chunk([(k, r) for k, r in self._sorted(info) if k in wanted])
 
     def parse_key(self, info: TableInfo, values: Sequence[object]) -> Key:
         if len(values) != len(info.key_columns):

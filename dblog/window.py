@@ -12,6 +12,10 @@ same or a newer version). Emitting the chunk row after it could go back in time 
 loses nothing because the event itself carries the row. Rows the log did not touch cannot have
 changed between the SELECT and H, so emitting them at H is correct.
 
+A transaction whose commit precedes L in the log but that the SELECT's snapshot did not see
+(PostgreSQL makes a commit visible a moment after logging it) is treated like one inside the
+window: its events evict rows too (``pending_txids``).
+
 An event whose after-image is incomplete (PostgreSQL unchanged TOAST columns) cannot stand in
 for the row it evicts, so its key is listed in ``refetch``: the engine reads those keys again in
 a later window.
@@ -36,14 +40,18 @@ class ChunkWindow:
     discarded: bool = False
     dropped: int = 0
     refetch: frozenset[Key] = field(default_factory=frozenset)
+    pending_txids: frozenset[int] = field(default_factory=frozenset)
 
 
 def open_window(
-    table: TableId, low: str, high: str, rows: list[tuple[Key, Row]]
+    table: TableId, low: str, high: str, rows: list[tuple[Key, Row]],
+    pending_txids: frozenset[int] = frozenset(),
 ) -> ChunkWindow:
-    """A window over the rows a chunk SELECT returned (in key order)."""
+    """A window over the rows a chunk SELECT returned (in key order). ``pending_txids`` are
+    transactions the SELECT could not see; their events evict rows even before L is seen."""
     last_key = rows[-1][0] if rows else None
-    return ChunkWindow(table=table, low=low, high=high, rows=dict(rows), last_key=last_key)
+    return ChunkWindow(table=table, low=low, high=high, rows=dict(rows), last_key=last_key,
+                       pending_txids=pending_txids)
 
 
 def on_watermark(window: ChunkWindow, value: str) -> tuple[ChunkWindow, bool]:
@@ -57,7 +65,9 @@ def on_watermark(window: ChunkWindow, value: str) -> tuple[ChunkWindow, bool]:
 
 def on_change(window: ChunkWindow, event: ChangeEvent) -> ChunkWindow:
     """Apply the drop rule for one log event."""
-    if not window.low_seen or event.table != window.table or window.discarded:
+    if event.table != window.table or window.discarded:
+        return window
+    if not window.low_seen and event.txid not in window.pending_txids:
         return window
     if event.op in TABLE_OPS:
         return replace(window, rows={}, discarded=True, dropped=window.dropped + len(window.rows))

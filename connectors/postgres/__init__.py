@@ -16,6 +16,7 @@ from dblog.model import TableId
 from dblog.positions import Position
 
 from . import catalog, setup
+from .errors import classify
 from .chunks import PostgresChunkReader, PostgresWatermarkWriter, connect
 from .replication import PostgresLogReader
 from .setup import Finding
@@ -40,6 +41,18 @@ class PostgresConfig(BaseModel):
         default_factory=dict, description="key to use for tables without a primary key")
     watermark_table: str = "dblog.watermark"
     plugin: str = "wal2json"
+
+    @field_validator("tables")
+    @classmethod
+    def _tables(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            schema, dot, name = pattern.partition(".")
+            if not dot or not schema or not name or (
+                    "*" in schema.strip("*") or "*" in name.strip("*")) or (
+                    schema != "*" and "*" in schema) or (name != "*" and "*" in name):
+                raise ValueError(f"{pattern!r}: write schema.table, where * may stand only for "
+                                 "a whole schema or table name (public.*, *.orders)")
+        return value
 
     @field_validator("slot")
     @classmethod
@@ -72,18 +85,25 @@ class PostgresConnector:
     def check(self) -> list[Finding]:
         """What is wrong with the source, with fixes; changes nothing."""
         conn = self._conn()
-        findings = setup.check_server(conn, self.config.plugin)
-        for table in catalog.list_tables(conn, self.config.tables):
-            findings.extend(_table_findings(conn, table, self.key_columns.get(table)))
+        try:
+            findings = setup.check_server(conn, self.config.plugin)
+            for table in catalog.list_tables(conn, self.config.tables, self.watermark_table):
+                findings.extend(_table_findings(conn, table, self.key_columns.get(table)))
+        except psycopg.Error as exc:
+            raise classify(exc, "checking the source") from exc
         return findings
 
     def prepare(self) -> None:
         conn = self._conn()
-        errors = [f for f in setup.check_server(conn, self.config.plugin) if f.level == "error"]
-        if errors:
-            raise FatalSourceError(errors[0].message, fix=errors[0].fix)
-        setup.ensure_watermark_table(conn, self.watermark_table, self.instance)
-        setup.ensure_slot(conn, self.config.slot, self.config.plugin)
+        try:
+            errors = [f for f in setup.check_server(conn, self.config.plugin)
+                      if f.level == "error"]
+            if errors:
+                raise FatalSourceError(errors[0].message, fix=errors[0].fix)
+            setup.ensure_watermark_table(conn, self.watermark_table, self.instance)
+            setup.ensure_slot(conn, self.config.slot, self.config.plugin)
+        except psycopg.Error as exc:
+            raise classify(exc, "preparing the source") from exc
 
     def _columns_of(self, table: TableId, fresh: bool) -> tuple[str, ...]:
         if fresh or table not in self._columns:
@@ -95,15 +115,20 @@ class PostgresConnector:
                                   self.key_columns)
         add_tables = None
         if self.config.tables:
-            add_tables = [*self.config.tables, str(self.watermark_table)]
+            add_tables = [catalog.add_tables_option([*self.config.tables,
+                                                     str(self.watermark_table)])]
 
         def verify(position: Position | None) -> None:
-            setup.verify_resume(self._conn(), self.config.slot, position)
+            try:
+                setup.verify_resume(self._conn(), self.config.slot, position)
+            except psycopg.Error as exc:
+                raise classify(exc, "checking the replication slot") from exc
 
         return PostgresLogReader(self.config.dsn, self.config.slot, decoder, add_tables, verify)
 
     def chunk_reader(self) -> PostgresChunkReader:
-        return PostgresChunkReader(self.config.dsn, self.config.tables, self.key_columns)
+        return PostgresChunkReader(self.config.dsn, self.config.tables, self.key_columns,
+                                   self.watermark_table)
 
     def watermark_writer(self) -> PostgresWatermarkWriter:
         return PostgresWatermarkWriter(self.config.dsn, self.watermark_table, self.instance)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Sequence
 
 import psycopg
 
 from dblog.errors import DumpRequestError
 from dblog.model import ColumnInfo, TableId, TableInfo
+
+from .errors import classify
 
 COLUMNS_SQL = """
 SELECT a.attname, format_type(a.atttypid, a.atttypmod)
@@ -39,16 +40,40 @@ def regclass(table: TableId) -> str:
 
 
 def matches(table: TableId, patterns: Sequence[str]) -> bool:
-    return not patterns or any(fnmatch.fnmatchcase(str(table), p) for p in patterns)
+    """``schema.table`` patterns where ``*`` stands only for a whole schema or table name (the
+    form wal2json's add-tables understands, so dumps and the log select the same tables)."""
+    if not patterns:
+        return True
+    for pattern in patterns:
+        schema, _, name = pattern.partition(".")
+        if schema in ("*", table.schema) and name in ("*", table.name):
+            return True
+    return False
 
 
-def list_tables(conn: psycopg.Connection, patterns: Sequence[str]) -> list[TableId]:
-    rows = conn.execute(TABLES_SQL).fetchall()
-    return [t for t in (TableId(s, n) for s, n in rows) if matches(t, patterns)]
+def list_tables(conn: psycopg.Connection, patterns: Sequence[str],
+                exclude: TableId | None = None) -> list[TableId]:
+    try:
+        rows = conn.execute(TABLES_SQL).fetchall()
+    except psycopg.Error as exc:
+        raise classify(exc, "listing tables") from exc
+    tables = (TableId(s, n) for s, n in rows)
+    return [t for t in tables if t != exclude and matches(t, patterns)]
+
+
+def add_tables_option(patterns: Sequence[str]) -> str:
+    """wal2json's add-tables value; space, quote, comma, period and * in names are escaped."""
+    def escape(part: str) -> str:
+        return part if part == "*" else "".join(f"\\{c}" if c in " ',.*" else c for c in part)
+
+    return ",".join(f"{escape(s)}.{escape(n)}" for s, _, n in (p.partition(".") for p in patterns))
 
 
 def column_names(conn: psycopg.Connection, table: TableId) -> tuple[str, ...]:
-    return tuple(r[0] for r in conn.execute(COLUMNS_SQL, (regclass(table),)).fetchall())
+    try:
+        return tuple(r[0] for r in conn.execute(COLUMNS_SQL, (regclass(table),)).fetchall())
+    except psycopg.Error as exc:
+        raise classify(exc, f"reading the columns of {table}") from exc
 
 
 def table_info(
@@ -59,6 +84,8 @@ def table_info(
     except psycopg.errors.UndefinedTable as exc:
         raise DumpRequestError(f"unknown table {table}",
                                fix="check the table name (schema.table) and the search path") from exc
+    except psycopg.Error as exc:
+        raise classify(exc, f"reading the columns of {table}") from exc
     names = [c[0] for c in columns]
     keys = tuple(key_columns) if key_columns else tuple(
         r[0] for r in conn.execute(PK_SQL, (regclass(table),)).fetchall())

@@ -10,10 +10,17 @@ from psycopg import sql
 
 from dblog.errors import DumpRequestError, FatalSourceError
 from dblog.model import Key, Row, TableId, TableInfo
+from dblog.spi import Chunk
 
 from . import catalog
 from .errors import classify
 from .types import converter_for, key_param
+
+def _in_progress(snapshot: str) -> frozenset[int]:
+    """Transaction ids in progress in ``xmin:xmax:xip,...``, as the 32-bit ids wal2json prints."""
+    xip = snapshot.split(":")[2] if snapshot.count(":") == 2 else ""
+    return frozenset(int(x) & 0xFFFFFFFF for x in xip.split(",") if x)
+
 
 RowDecoder = Callable[[tuple[Any, ...]], tuple[Key, Row]]
 
@@ -79,17 +86,20 @@ class PostgresChunkReader:
     transaction (autocommit), so it starts after the low watermark committed."""
 
     def __init__(self, dsn: str, patterns: Sequence[str],
-                 key_columns: Mapping[TableId, tuple[str, ...]]) -> None:
+                 key_columns: Mapping[TableId, tuple[str, ...]],
+                 watermark_table: TableId | None = None) -> None:
         self.conn = connect(dsn)
+        self.watermark_table = watermark_table
         self.patterns = list(patterns)
         self.key_columns = dict(key_columns)
         self._queries: dict[TableId, _Queries] = {}
 
     def list_tables(self) -> list[TableId]:
-        return catalog.list_tables(self.conn, self.patterns)
+        return catalog.list_tables(self.conn, self.patterns, self.watermark_table)
 
     def table_info(self, table: TableId, key_columns: Sequence[str] | None = None) -> TableInfo:
-        if self.patterns and not catalog.matches(table, self.patterns):
+        if table == self.watermark_table or (
+                self.patterns and not catalog.matches(table, self.patterns)):
             raise DumpRequestError(f"table {table} is not captured by this pipeline",
                                    fix=f"add it to source.tables (now {self.patterns})")
         info = catalog.table_info(self.conn, table, key_columns or self.key_columns.get(table))
@@ -107,6 +117,20 @@ class PostgresChunkReader:
         except psycopg.Error as exc:
             raise classify(exc, what) from exc
 
+    def _fetch_chunk(self, q: _Queries, query: sql.Composable, params: Sequence[Any],
+                     what: str) -> Chunk:
+        """One chunk in a fresh transaction started now (after L committed). REPEATABLE READ
+        only makes the snapshot query and the SELECT share one snapshot."""
+        try:
+            with self.conn.transaction():
+                self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                snapshot = self.conn.execute("SELECT txid_current_snapshot()::text").fetchone()
+                rows = self.conn.execute(query, params).fetchall()
+        except psycopg.Error as exc:
+            raise classify(exc, what) from exc
+        decode = q.decode
+        return Chunk([decode(r) for r in rows], _in_progress(snapshot[0] if snapshot else ""))
+
     def max_key(self, info: TableInfo) -> Key | None:
         q = self._q(info)
         rows = self._fetch(q.max_key, (), f"reading the maximum key of {info.table}")
@@ -123,19 +147,17 @@ class PostgresChunkReader:
             query, params = q.after, [*q.params(after), limit]
         else:
             query, params = q.after_upto, [*q.params(after), *q.params(upper), limit]
-        rows = self._fetch(query, params, f"reading a chunk of {info.table}")
-        decode = q.decode
-        return [decode(r) for r in rows]
+        return self._fetch_chunk(q, query, params, f"reading a chunk of {info.table}")
 
-    def read_keys(self, info: TableInfo, keys: Sequence[Key]) -> list[tuple[Key, Row]]:
+    def read_keys(self, info: TableInfo, keys: Sequence[Key]) -> Chunk:
         if not keys:
-            return []
+            return Chunk([])
         q = self._q(info)
         query = q.keys_in + sql.SQL(", ").join([q.one_key] * len(keys)) + sql.SQL(")")
         query += sql.SQL(" ORDER BY {}").format(
             sql.SQL(", ").join(sql.Identifier(k) for k in info.key_columns))
         params = [p for key in keys for p in q.params(key)]
-        return [q.decode(r) for r in self._fetch(query, params, f"reading keys of {info.table}")]
+        return self._fetch_chunk(q, query, params, f"reading keys of {info.table}")
 
     def parse_key(self, info: TableInfo, values: Sequence[object]) -> Key:
         if isinstance(values, (str, bytes)) or len(values) != len(info.key_columns):

@@ -48,8 +48,12 @@ def check_server(conn: psycopg.Connection, plugin: str) -> list[Finding]:
 
 
 def ensure_watermark_table(conn: psycopg.Connection, table: TableId, instance: str) -> None:
+    """Create the table unless it exists (a DBA may have created it for a role without CREATE
+    rights), then this instance's row."""
     ident = sql.Identifier(table.schema, table.name)
-    statements = [
+    exists = conn.execute("SELECT to_regclass(%s)", (f'"{table.schema}"."{table.name}"',)
+                          ).fetchone()
+    statements = [] if exists and exists[0] else [
         sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(table.schema)),
         sql.SQL("CREATE TABLE IF NOT EXISTS {} (name text PRIMARY KEY, value text NOT NULL, "
                 "updated_at timestamptz NOT NULL DEFAULT now())").format(ident),
@@ -64,6 +68,7 @@ def ensure_watermark_table(conn: psycopg.Connection, table: TableId, instance: s
             f"cannot create the watermark table {table}: {exc}",
             fix=f"as an owner run: CREATE SCHEMA {table.schema}; CREATE TABLE {table} (name text "
                 "PRIMARY KEY, value text NOT NULL, updated_at timestamptz NOT NULL DEFAULT now()); "
+                f"GRANT USAGE ON SCHEMA {table.schema} TO <dblog user>; "
                 f"GRANT SELECT, INSERT, UPDATE ON {table} TO <dblog user>",
         ) from exc
 
