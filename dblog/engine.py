@@ -51,8 +51,8 @@ class EngineSettings:
 class PhaseHooks:
     """Test seams: called right after the low watermark and right before the high watermark."""
 
-    after_low: Callable[[TableId], None] | None = None
-    before_high: Callable[[TableId], None] | None = None
+    after_low: Callable[[ChunkPlan], None] | None = None
+    before_high: Callable[[ChunkPlan], None] | None = None
 
 
 @dataclass
@@ -331,14 +331,14 @@ class Engine:
         low, high = f"L-{uuid.uuid4().hex}", f"H-{uuid.uuid4().hex}"
         self._watermarks.write(low)
         if self.hooks.after_low:
-            self.hooks.after_low(plan.table)
+            self.hooks.after_low(plan)
         limit = self.knobs.chunk_size
         if plan.keys is not None:
             chunk = self._chunks.read_keys(info, plan.keys)
         else:
             chunk = self._chunks.read_chunk(info, plan.after, plan.upper, limit)
         if self.hooks.before_high:
-            self.hooks.before_high(plan.table)
+            self.hooks.before_high(plan)
         self._watermarks.write(high)
         window = open_window(plan.table, low, high, chunk.rows, chunk.pending_txids)
         self._open = _OpenChunk(plan, window, len(chunk.rows), limit)

@@ -106,9 +106,13 @@ class Pipeline:
             raise self._error
         return self
 
-    def stop(self, timeout: float = 60.0) -> None:
+    def request_stop(self) -> None:
+        """Ask the pipeline to stop after the current batch (safe from signal handlers)."""
         self._stopping.set()
         self.engine.stop()
+
+    def stop(self, timeout: float = 60.0) -> None:
+        self.request_stop()
         self.join(timeout)
 
     def join(self, timeout: float | None = None) -> None:

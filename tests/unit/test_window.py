@@ -201,3 +201,27 @@ def test_window_functions_do_not_mutate_their_input() -> None:
     w = open_window(T, "L", "H", rows)
     rows.append(((3,), {"id": 3}))
     assert keys_of(w) == [1, 2]
+
+
+def test_events_of_pending_transactions_evict_before_low() -> None:
+    """A transaction logged before L but invisible to the SELECT's snapshot evicts rows."""
+    w = open_window(T, "L1", "H1", chunk(1, 2, 3), pending_txids=frozenset({7}))
+    assert w.pending_txids == frozenset({7})
+    pending = ev(Op.UPDATE, 1)
+    pending.txid = 7
+    visible = ev(Op.UPDATE, 2)
+    visible.txid = 6
+    w = on_change(on_change(w, pending), visible)
+    assert keys_of(w) == [2, 3]
+    assert w.dropped == 1
+    truncate = ev(Op.TRUNCATE)
+    truncate.txid = 7
+    w = on_change(w, truncate)
+    assert w.discarded and surviving_rows(w) == []
+
+
+def test_pending_transactions_of_another_table_do_not_evict() -> None:
+    w = open_window(T, "L1", "H1", chunk(1), pending_txids=frozenset({7}))
+    event = ev(Op.DELETE, 1, table=OTHER)
+    event.txid = 7
+    assert keys_of(on_change(w, event)) == [1]

@@ -122,7 +122,7 @@ def run_window(db: MemoryDatabase, table: TableId, s: WindowScenario, book: Vers
     for tx in txs["before_select"]:
         apply_tx(db, book, tables, tx)
     after = None if s.after < 0 else (s.after,)
-    selected = reader.read_chunk(info, after, None, s.limit)
+    selected = reader.read_chunk(info, after, None, s.limit).rows
     for tx in txs["before_high"]:
         apply_tx(db, book, tables, tx)
     db.watermark(high)
@@ -197,7 +197,7 @@ def test_window_property_model_detects_a_broken_drop_rule() -> None:
     t = db.create_table("public.t", ["id", "v"], ["id"])
     preload(db, t, {1})
     book = VersionBook()
-    selected = MemoryChunkReader(db).read_chunk(db.tables[t].info, None, None, 10)
+    selected = MemoryChunkReader(db).read_chunk(db.tables[t].info, None, None, 10).rows
     db.watermark("L")
     apply_tx(db, book, [t], [(0, "upsert", 1, 0)])
     db.watermark("H")
@@ -273,16 +273,15 @@ def run_engine_scenario(s: EngineScenario, restart: bool) -> None:
     def on_poll(run: Run) -> bool:
         progress["polls"] += 1
         step = progress["step"]
+        progress["step"] += 1
         if step < len(s.steps):
             for tx in s.steps[step]:
                 apply_tx(db, book, tables, tx)
-            progress["step"] += 1
         if step == s.key_dump_at and s.key_dump is not None:
             run.engine.request_dump(table=tables[0], keys=[[k] for k in s.key_dump])
         if step == s.second_dump_at:
             run.engine.request_dump([tables[-1]])
-        run.stop_when_idle = progress["step"] >= len(s.steps) and step > max(
-            s.key_dump_at, s.second_dump_at or 0)
+        run.stop_when_idle = step >= max(len(s.steps), s.key_dump_at, s.second_dump_at or 0)
         return restart and progress["polls"] == s.restart_at
 
     settings_ = fast_settings(s.chunk_size, flush_interval_s=s.flush_interval)

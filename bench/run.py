@@ -1,0 +1,559 @@
+#!/usr/bin/env python
+"""dblog throughput benchmark against PostgreSQL: dblog versus a bare psycopg baseline.
+
+    python bench/run.py --db postgres --rows 1000000 [--chunk-size 1000] [--dsn DSN]
+
+Prints ONE JSON line on stdout; progress goes to stderr. All numbers come from the same run,
+on the same server, over the same table:
+
+* dump:   a full dblog dump (Pipeline + PostgresConnector + JsonlOutput) of an N-row table,
+          against keyset-chunked ``SELECT * ... WHERE id > %s ORDER BY id LIMIT %s`` in psycopg
+          (autocommit, one transaction per chunk, tuples with the default loaders).
+* stream: N single-row UPDATEs in transactions of 1,000, written while no consumer runs, then
+          consumed by dblog (to a jsonl file) and by a bare wal2json replication consumer (same
+          plugin options, same JSON decoder). Both slots are created together before the updates,
+          so both consume exactly the same changes; only consumption is timed.
+
+The dblog side runs in child processes (this script with the hidden ``--child`` flag), one per
+phase, so its peak RSS is not polluted by the baseline. ``--profile DIR`` runs the dblog
+engine thread under cProfile in the children and writes ``DIR/{dump,stream}.prof``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import platform
+import resource
+import select
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+TABLE_SCHEMA = "public"
+TABLE_NAME = "dblog_bench"
+TABLE = f"{TABLE_SCHEMA}.{TABLE_NAME}"
+DUMP_SLOT = "dblog_bench_dump"
+STREAM_SLOT = "dblog_bench_stream"
+RAW_SLOT = "raw_slot"
+TX_SIZE = 1000
+TARGETS = {"dump_ratio": 0.5, "stream_ratio": 0.5}
+
+_T0 = time.monotonic()
+
+
+def progress(message: str) -> None:
+    print(f"[bench {time.monotonic() - _T0:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def rss_kb() -> dict[str, int]:
+    """VmRSS and VmHWM of this process in kB (from /proc; falls back to ru_maxrss)."""
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    key, value = line.split(":", 1)
+                    out[key] = int(value.split()[0])
+    except OSError:
+        pass
+    out.setdefault("VmHWM", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# server side set-up
+# ----------------------------------------------------------------------------------------------
+
+CREATE_SQL = f"""
+CREATE TABLE {TABLE} (
+    id bigint PRIMARY KEY,
+    i1 int,
+    i2 int,
+    name varchar(32),
+    amount numeric(12,2),
+    note text,
+    created_at timestamptz,
+    updated_at timestamptz
+) WITH (autovacuum_enabled = false)
+"""
+
+# ~100-byte notes, varied names and amounts, timestamps spread over a year
+LOAD_SQL = f"""
+INSERT INTO {TABLE}
+SELECT g,
+       (g * 7919) %% 1000003,
+       g %% 1000,
+       'customer-' || g,
+       round(((g * 37) %% 10000000) / 100.0, 2),
+       substr(repeat(md5(g::text), 4), 1, 100),
+       timestamptz '2024-01-01 00:00:00+00' + (g %% 31536000) * interval '1 second',
+       timestamptz '2024-06-01 00:00:00+00' + (g %% 8640000) * interval '1 second'
+FROM generate_series(%s::bigint, %s::bigint) AS g
+"""
+
+# one statement per row, COMMIT every TX_SIZE rows (a DO block may commit when run in autocommit)
+UPDATE_SQL = f"""
+DO $$
+BEGIN
+  FOR k IN 1..{{rows}} LOOP
+    UPDATE {TABLE} SET i1 = i1 + 1 WHERE id = k;
+    IF k % {TX_SIZE} = 0 THEN
+      COMMIT;
+    END IF;
+  END LOOP;
+END
+$$
+"""
+
+
+def load_table(conn: Any, rows: int) -> float:
+    conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
+    conn.execute(CREATE_SQL)
+    started = time.monotonic()
+    step = 1_000_000
+    for low in range(1, rows + 1, step):
+        conn.execute(LOAD_SQL, (low, min(rows, low + step - 1)))
+    return time.monotonic() - started
+
+
+def try_checkpoint(conn: Any) -> None:
+    try:
+        conn.execute("CHECKPOINT")
+    except Exception as exc:  # needs superuser / pg_checkpoint on a shared server
+        progress(f"CHECKPOINT skipped: {exc}")
+
+
+def drop_slot(conn: Any, slot: str, wait_s: float = 30.0) -> None:
+    """Drop a slot once its walsender (if any) has gone away."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        row = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s",
+                           (slot,)).fetchone()
+        if row is None:
+            return
+        if not row[0] or time.monotonic() > deadline:
+            try:
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            except Exception as exc:
+                progress(f"could not drop slot {slot}: {exc}")
+            return
+        time.sleep(0.1)
+
+
+# ----------------------------------------------------------------------------------------------
+# baselines (parent process)
+# ----------------------------------------------------------------------------------------------
+
+
+def raw_dump(dsn: str, chunk_size: int) -> tuple[int, float]:
+    """Keyset-chunked SELECT *, tuples with the default loaders, one transaction per chunk."""
+    import psycopg
+
+    query = f"SELECT * FROM {TABLE} WHERE id > %s ORDER BY id LIMIT %s"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        started = time.monotonic()
+        last, total = 0, 0
+        while True:
+            rows = conn.execute(query, (last, chunk_size)).fetchall()
+            total += len(rows)
+            if len(rows) < chunk_size:
+                break
+            last = rows[-1][0]
+        elapsed = time.monotonic() - started
+    return total, elapsed
+
+
+_XLOG_HEADER = struct.Struct(">QQQ")
+_KEEPALIVE = struct.Struct(">QQB")
+_STATUS = struct.Struct(">cQQQqB")
+_PG_EPOCH_US = 946_684_800_000_000
+
+
+def _quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def raw_stream(dsn: str, slot: str, add_tables: str, expected_updates: int,
+               timeout_s: float) -> tuple[int, float]:
+    """A bare wal2json consumer: START_REPLICATION, get_copy_data, json-decode every message,
+    count updates, answer keepalives. Returns (updates seen, seconds from connecting)."""
+    from psycopg import pq
+
+    from dblog.connectors.postgres.wal2json import WAL2JSON_OPTIONS
+
+    decode = json.JSONDecoder(parse_float=str).decode
+    options = {**WAL2JSON_OPTIONS, "add-tables": add_tables}
+    opts = ", ".join(f"{_quote_ident(k)} '{v}'" for k, v in options.items())
+    command = f"START_REPLICATION SLOT {_quote_ident(slot)} LOGICAL 0/0 ({opts})".encode()
+
+    started = time.monotonic()
+    conn = pq.PGconn.connect(f"{dsn} replication=database".encode())
+    if conn.status != pq.ConnStatus.OK:
+        raise RuntimeError(f"replication connect failed: {conn.get_error_message()!r}")
+    try:
+        conn.send_query(command)
+        result = conn.get_result()
+        if result is None or result.status != pq.ExecStatus.COPY_BOTH:
+            raise RuntimeError(f"START_REPLICATION failed: {conn.get_error_message()!r}")
+        updates, received = 0, 0
+        deadline = started + timeout_s
+        while updates < expected_updates:
+            nbytes, data = conn.get_copy_data(1)
+            if nbytes == 0:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"raw stream timed out after {updates} updates")
+                select.select([conn.socket], [], [], 1.0)
+                conn.consume_input()
+                continue
+            if nbytes < 0:
+                raise RuntimeError(f"replication stream ended: {conn.get_error_message()!r}")
+            kind = data[0]
+            if kind == 0x77:  # 'w'
+                start, _end, _ts = _XLOG_HEADER.unpack_from(data, 1)
+                received = max(received, start)
+                msg = decode(bytes(data[25:]).decode("utf-8"))
+                if msg["action"] == "U":
+                    updates += 1
+            elif kind == 0x6B:  # 'k'
+                _end, _ts, reply = _KEEPALIVE.unpack_from(data, 1)
+                if reply:
+                    now = int(time.time() * 1_000_000) - _PG_EPOCH_US
+                    conn.put_copy_data(_STATUS.pack(b"r", received, received, received, now, 0))
+                    conn.flush()
+        elapsed = time.monotonic() - started
+    finally:
+        conn.finish()
+    return updates, elapsed
+
+
+# ----------------------------------------------------------------------------------------------
+# dblog side (child processes)
+# ----------------------------------------------------------------------------------------------
+
+
+def _pipeline(args: dict[str, Any], name: str, slot: str) -> Any:
+    from dblog.connectors.postgres import PostgresConnector
+    from dblog.engine import EngineSettings
+    from dblog.outputs.jsonl import JsonlOutput
+    from dblog.pipeline import Pipeline
+
+    work = Path(args["workdir"])
+    pipeline = Pipeline(
+        PostgresConnector({"dsn": args["dsn"], "tables": [TABLE], "slot": slot}, name),
+        [JsonlOutput({"path": str(work / f"{name}.jsonl")})],
+        state_path=str(work / f"{name}-state.json"),
+        settings=EngineSettings(chunk_size=args["chunk_size"]),
+    )
+    if args.get("profile"):
+        import cProfile
+
+        profiler = cProfile.Profile()
+        inner = pipeline.run
+
+        def profiled_run() -> None:  # the engine thread is the one worth profiling
+            profiler.enable()
+            try:
+                inner()
+            finally:
+                profiler.disable()
+                profiler.dump_stats(str(Path(args["profile"]) / f"{args['phase']}.prof"))
+
+        pipeline.run = profiled_run  # type: ignore[method-assign]
+    return pipeline
+
+
+def _alive(pipeline: Any) -> None:
+    thread = pipeline._thread
+    if thread is not None and not thread.is_alive():
+        pipeline.join(0)
+        raise RuntimeError("the pipeline stopped unexpectedly")
+
+
+def _count_ops(path: Path, op: str) -> int:
+    needle = f'"op":"{op}"'.encode()
+    with open(path, "rb") as handle:
+        return sum(1 for line in handle if needle in line)
+
+
+def child_dump(args: dict[str, Any]) -> dict[str, Any]:
+    name = "bench_dump"
+    baseline = rss_kb()
+    pipeline = _pipeline(args, name, DUMP_SLOT)
+    pipeline.start()
+    try:
+        started = time.monotonic()
+        dump_id = pipeline.dump([TABLE])
+        done_at = None
+        deadline = started + args["timeout_s"]
+        while True:
+            status = pipeline.status()
+            dump = next((d for d in status["dumps"] if d["id"] == dump_id), None)
+            if dump is not None and dump["state"] in ("failed", "cancelled"):
+                raise RuntimeError(f"dump {dump['state']}: {dump.get('error')}")
+            if dump is not None and dump["state"] == "done":
+                if done_at is None:
+                    done_at = time.monotonic()
+                if status["committed_seq"] >= status["emitted_seq"]:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"dump not done after {args['timeout_s']}s: {dump}")
+            _alive(pipeline)
+            time.sleep(0.01)
+        flushed_at = time.monotonic()
+        chunks = sum(t["chunks"] for t in dump["tables"])
+        rows_status = sum(t["rows"] for t in dump["tables"])
+    finally:
+        pipeline.stop()
+    rows = _count_ops(Path(args["workdir"]) / f"{name}.jsonl", "read")
+    mem = rss_kb()
+    return {
+        "rows": rows, "rows_in_status": rows_status, "chunks": chunks,
+        "seconds": flushed_at - started, "seconds_to_done": done_at - started,
+        "rss_baseline_mb": baseline.get("VmRSS", 0) / 1024, "peak_rss_mb": mem["VmHWM"] / 1024,
+    }
+
+
+def child_stream(args: dict[str, Any]) -> dict[str, Any]:
+    name = "bench_stream"
+    expected_seq = args["expected_seq"]
+    baseline = rss_kb()
+    pipeline = _pipeline(args, name, STREAM_SLOT)
+    started = time.monotonic()
+    pipeline.start()
+    try:
+        running_at = time.monotonic()
+        emitted_at = None
+        deadline = started + args["timeout_s"]
+        while True:
+            status = pipeline.status()
+            if emitted_at is None and status["emitted_seq"] >= expected_seq:
+                emitted_at = time.monotonic()
+            if status["committed_seq"] >= expected_seq:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"stream not consumed after {args['timeout_s']}s: {status}")
+            _alive(pipeline)
+            time.sleep(0.01)
+        committed_at = time.monotonic()
+        position = status["committed_position"]
+    finally:
+        pipeline.stop()
+    updates = _count_ops(Path(args["workdir"]) / f"{name}.jsonl", "update")
+    mem = rss_kb()
+    return {
+        "updates": updates, "committed_seq": status["committed_seq"],
+        "committed_position": position, "seconds": committed_at - started,
+        "seconds_to_emitted": (emitted_at or committed_at) - started,
+        "seconds_to_running": running_at - started,
+        "rss_baseline_mb": baseline.get("VmRSS", 0) / 1024, "peak_rss_mb": mem["VmHWM"] / 1024,
+    }
+
+
+def child_main(phase: str, raw_args: str) -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"[dblog {phase}] %(asctime)s %(name)s %(message)s")
+    args = json.loads(raw_args)
+    args["phase"] = phase
+    result = child_dump(args) if phase == "dump" else child_stream(args)
+    print(json.dumps(result), flush=True)
+
+
+def run_child(phase: str, args: dict[str, Any]) -> dict[str, Any]:
+    wrapper: list[str] = []
+    if args.get("py_spy"):  # sample the child with py-spy (collapsed stacks, idle included)
+        wrapper = ["py-spy", "record", "--idle", "--threads", "--rate", "250", "--format", "raw",
+                   "-o", str(Path(args["py_spy"]) / f"{phase}.txt"), "--"]
+    proc = subprocess.run(
+        [*wrapper, sys.executable, os.path.abspath(__file__), "--child", phase, "--child-args",
+         json.dumps(args)],
+        stdout=subprocess.PIPE, stderr=None, text=True, check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"dblog {phase} child failed with exit code {proc.returncode}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+# ----------------------------------------------------------------------------------------------
+# the benchmark
+# ----------------------------------------------------------------------------------------------
+
+
+def bench(dsn: str, rows: int, chunk_size: int, workdir: Path, timeout_s: float, *,
+          profile: str | None = None, py_spy: str | None = None) -> dict[str, Any]:
+    import psycopg
+
+    wall_started = time.monotonic()
+    admin = psycopg.connect(dsn, autocommit=True)
+    server_version = admin.execute("SHOW server_version").fetchone()[0]
+    for slot in (DUMP_SLOT, STREAM_SLOT, RAW_SLOT):
+        drop_slot(admin, slot)
+
+    progress(f"loading {rows} rows into {TABLE}")
+    load_s = time.monotonic()
+    insert_s = load_table(admin, rows)
+    admin.execute(f"VACUUM ANALYZE {TABLE}")
+    try_checkpoint(admin)
+    load_s = time.monotonic() - load_s
+    size = admin.execute(f"SELECT pg_total_relation_size('{TABLE}')").fetchone()[0]
+    progress(f"loaded in {load_s:.1f}s ({insert_s:.1f}s INSERT), {size / 2**20:.0f} MiB")
+
+    # -- dump: warm-up (untimed), raw, dblog, raw again; report the faster raw run ------------
+    child_args = {"dsn": dsn, "chunk_size": chunk_size, "workdir": str(workdir),
+                  "timeout_s": timeout_s, "profile": profile, "py_spy": py_spy}
+    progress("raw dump: warm-up pass (untimed)")
+    raw_dump(dsn, chunk_size)
+    raw_runs = []
+    total, seconds = raw_dump(dsn, chunk_size)
+    raw_runs.append(total / seconds)
+    progress(f"raw dump #1: {total} rows in {seconds:.2f}s = {total / seconds:,.0f} rows/s")
+    if total != rows:
+        raise RuntimeError(f"raw dump read {total} rows, expected {rows}")
+
+    progress("dblog dump (child process)")
+    dump = run_child("dump", child_args)
+    dump_rate = dump["rows"] / dump["seconds"]
+    progress(f"dblog dump: {dump['rows']} rows in {dump['seconds']:.2f}s "
+             f"= {dump_rate:,.0f} rows/s, peak RSS {dump['peak_rss_mb']:.0f} MB")
+    if dump["rows"] != rows:
+        raise RuntimeError(f"dblog dump wrote {dump['rows']} read events, expected {rows}")
+    drop_slot(admin, DUMP_SLOT)
+
+    total, seconds = raw_dump(dsn, chunk_size)
+    raw_runs.append(total / seconds)
+    progress(f"raw dump #2: {total} rows in {seconds:.2f}s = {total / seconds:,.0f} rows/s")
+    raw_dump_rate = max(raw_runs)
+
+    # -- stream: both slots created together, updates with no consumer, then consume ----------
+    progress("creating the dblog and raw slots, then running the updates")
+    admin.execute("SELECT pg_create_logical_replication_slot(%s, 'wal2json')", (STREAM_SLOT,))
+    admin.execute("SELECT pg_create_logical_replication_slot(%s, 'wal2json')", (RAW_SLOT,))
+    update_s = time.monotonic()
+    admin.execute(UPDATE_SQL.format(rows=rows))
+    update_s = time.monotonic() - update_s
+    end_lsn = admin.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0]
+    try_checkpoint(admin)
+    transactions = -(-rows // TX_SIZE)
+    progress(f"{rows} updates in {transactions} transactions took {update_s:.1f}s "
+             f"(WAL insert position {end_lsn})")
+
+    progress("raw stream consumer")
+    add_tables = ",".join([TABLE, "dblog.watermark"])  # as dblog: captured tables + watermarks
+    updates, seconds = raw_stream(dsn, RAW_SLOT, add_tables, rows, timeout_s)
+    raw_stream_rate = updates / seconds
+    progress(f"raw stream: {updates} updates in {seconds:.2f}s = {raw_stream_rate:,.0f} ev/s")
+    drop_slot(admin, RAW_SLOT)
+
+    progress("dblog stream (child process)")
+    # every update transaction is emitted as begin + its updates + commit
+    stream = run_child("stream", {**child_args, "expected_seq": rows + 2 * transactions})
+    stream_rate = stream["updates"] / stream["seconds"]
+    progress(f"dblog stream: {stream['updates']} updates in {stream['seconds']:.2f}s "
+             f"= {stream_rate:,.0f} ev/s, peak RSS {stream['peak_rss_mb']:.0f} MB")
+    if stream["updates"] != rows:
+        raise RuntimeError(f"dblog wrote {stream['updates']} update events, expected {rows}")
+    drop_slot(admin, STREAM_SLOT)
+
+    admin.execute(f"DROP TABLE IF EXISTS {TABLE}")
+    admin.close()
+
+    ratios = {"dump_ratio": dump_rate / raw_dump_rate, "stream_ratio": stream_rate / raw_stream_rate}
+    return {
+        "db": "postgres",
+        "rows": rows,
+        "chunk_size": chunk_size,
+        "dump_rows_per_s": round(dump_rate, 1),
+        "raw_dump_rows_per_s": round(raw_dump_rate, 1),
+        "dump_ratio": round(ratios["dump_ratio"], 4),
+        "stream_events_per_s": round(stream_rate, 1),
+        "raw_stream_events_per_s": round(raw_stream_rate, 1),
+        "stream_ratio": round(ratios["stream_ratio"], 4),
+        "peak_rss_mb": round(max(dump["peak_rss_mb"], stream["peak_rss_mb"]), 1),
+        "peak_rss_mb_dump": round(dump["peak_rss_mb"], 1),
+        "peak_rss_mb_stream": round(stream["peak_rss_mb"], 1),
+        "child_baseline_rss_mb": round(dump["rss_baseline_mb"], 1),
+        "targets": TARGETS,
+        "targets_met": {k: ratios[k] >= v for k, v in TARGETS.items()},
+        "details": {
+            "dump_seconds": round(dump["seconds"], 3),
+            "dump_seconds_to_done": round(dump["seconds_to_done"], 3),
+            "dump_chunks": dump["chunks"],
+            "raw_dump_rows_per_s_runs": [round(r, 1) for r in raw_runs],
+            "stream_seconds": round(stream["seconds"], 3),
+            "stream_seconds_to_emitted": round(stream["seconds_to_emitted"], 3),
+            "stream_seconds_to_running": round(stream["seconds_to_running"], 3),
+            "stream_events_per_s_to_emitted": round(rows / stream["seconds_to_emitted"], 1),
+            "raw_stream_seconds": round(seconds, 3),
+            "update_transactions": transactions,
+            "table_mib": round(size / 2**20, 1),
+        },
+        "server_version": server_version,
+        "python_version": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "load_s": round(load_s, 2),
+        "update_s": round(update_s, 2),
+        "wall_s": round(time.monotonic() - wall_started, 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", choices=["postgres"], default="postgres")
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--chunk-size", type=int, default=1000)
+    parser.add_argument("--dsn", help="use this server instead of a throwaway one")
+    parser.add_argument("--pg-setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="extra setting for the throwaway server (repeatable), for example "
+                             "synchronous_commit=on")
+    parser.add_argument("--timeout", type=float, default=1800.0,
+                        help="give up on a phase after this many seconds")
+    parser.add_argument("--profile", metavar="DIR",
+                        help="cProfile the dblog engine thread, writing DIR/{dump,stream}.prof")
+    parser.add_argument("--py-spy", metavar="DIR",
+                        help="sample the dblog children with py-spy, writing DIR/{dump,stream}.txt")
+    parser.add_argument("--child", choices=["dump", "stream"], help=argparse.SUPPRESS)
+    parser.add_argument("--child-args", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.child:
+        child_main(args.child, args.child_args)
+        return 0
+
+    server = None
+    workdir = Path(tempfile.mkdtemp(prefix="dblog-bench-"))
+    try:
+        if args.dsn:
+            dsn = args.dsn
+        else:
+            from dblog.harness.postgres import start_postgres
+
+            progress("starting a throwaway PostgreSQL server")
+            extra = dict(item.split("=", 1) for item in args.pg_setting)
+            server = start_postgres(extra or None)
+            dsn = server.dsn()
+        for option in ("profile", "py_spy"):
+            if getattr(args, option):
+                os.makedirs(getattr(args, option), exist_ok=True)
+                setattr(args, option, os.path.abspath(getattr(args, option)))
+        result = bench(dsn, args.rows, args.chunk_size, workdir, args.timeout,
+                       profile=args.profile, py_spy=args.py_spy)
+    finally:
+        if server is not None:
+            with contextlib.suppress(Exception):
+                server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The ``dblog`` command: ``run``, ``check``, ``status``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+from typing import Any
+
+from dblog.config import PipelineConfig, load_config
+from dblog.errors import DblogError
+from dblog.state import FileStateStore, state_from_json
+
+
+def _run(config: PipelineConfig) -> int:
+    from dblog.pipeline import Pipeline
+
+    pipeline = Pipeline.from_config(config)
+
+    def stop(signum: int, _frame: Any) -> None:
+        logging.getLogger("dblog").info("signal %d: stopping after the current batch", signum)
+        pipeline.request_stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    pipeline.run()
+    return 0
+
+
+def _check(config: PipelineConfig) -> int:
+    from dblog.plugins import build_connector
+
+    connector = build_connector(config.source, config.name)
+    findings = connector.check()
+    for finding in findings:
+        print(f"{finding.level.upper():8} {finding.message}")
+        if finding.fix:
+            print(f"         fix: {finding.fix}")
+    if not findings:
+        print("OK       no problems found")
+    return 1 if any(f.level == "error" for f in findings) else 0
+
+
+def _status(config: PipelineConfig) -> int:
+    stored = FileStateStore(config.state.path).load()
+    if stored is None:
+        print(json.dumps({"state": None, "note": f"no state at {config.state.path}"}))
+        return 0
+    state = state_from_json(stored.data)
+    print(json.dumps({
+        "version": stored.version,
+        "committed_position": None if state.position is None else str(state.position),
+        "committed_seq": state.seq,
+        "dumps": [{"id": d.id, "state": d.state.value, "rows": d.rows, "chunks": d.chunks,
+                   "error": d.error} for d in state.dumps.dumps if not d.internal],
+    }, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dblog", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, text in (("run", "run the pipeline"), ("check", "assess the source"),
+                       ("status", "show the committed state")):
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("--config", "-c", required=True, help="YAML configuration file")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+        logging.basicConfig(level=config.log_level,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        handler = {"run": _run, "check": _check, "status": _status}[args.command]
+        return handler(config)
+    except DblogError as exc:
+        print(f"dblog: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Real servers for integration tests, started by the harness on free loopback ports.
+
+``DBLOG_PG_DSN`` points the tests at an existing PostgreSQL (wal_level=logical, wal2json)
+instead; each test still works in a database of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from dblog.harness.postgres import HarnessError, PostgresServer, start_postgres
+from tests.conftest import unavailable
+
+
+@pytest.fixture(scope="session")
+def pg_admin_dsn() -> Iterator[str]:
+    external = os.environ.get("DBLOG_PG_DSN")
+    if external:
+        yield external
+        return
+    server: PostgresServer | None = None
+    try:
+        server = start_postgres()
+    except (HarnessError, FileNotFoundError, KeyError) as exc:
+        unavailable("PostgreSQL", str(exc))
+    assert server is not None
+    try:
+        yield server.dsn()
+    finally:
+        server.stop()
+
+
+@pytest.fixture()
+def pg_dsn(pg_admin_dsn: str) -> Iterator[str]:
+    """A fresh database per test; its replication slots are dropped afterwards."""
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    dsn = _with_dbname(pg_admin_dsn, name)
+    yield dsn
+    with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
+        for (slot,) in admin.execute(
+                "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (name,)):
+            admin.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                          "WHERE slot_name = %s AND active_pid IS NOT NULL", (slot,))
+            admin.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _with_dbname(dsn: str, name: str) -> str:
+    parts = [p for p in dsn.split() if not p.startswith("dbname=")]
+    return " ".join([*parts, f"dbname={name}"])
