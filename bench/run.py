@@ -30,6 +30,7 @@ import platform
 import resource
 import select
 import shutil
+import statistics
 import struct
 import subprocess
 import sys
@@ -44,6 +45,7 @@ TABLE = f"{TABLE_SCHEMA}.{TABLE_NAME}"
 DUMP_SLOT = "dblog_bench_dump"
 STREAM_SLOT = "dblog_bench_stream"
 RAW_SLOT = "raw_slot"
+RAW_RUNS = 4  # timed raw dumps, half before and half after the dblog dump
 TX_SIZE = 1000
 TARGETS = {"dump_ratio": 0.5, "stream_ratio": 0.5}
 
@@ -379,7 +381,10 @@ def run_child(phase: str, args: dict[str, Any]) -> dict[str, Any]:
     )
     if proc.returncode != 0:
         raise RuntimeError(f"dblog {phase} child failed with exit code {proc.returncode}")
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"dblog {phase} child printed no result: {proc.stdout[-500:]!r}")
+    result: dict[str, Any] = json.loads(lines[-1])
     return result
 
 
@@ -395,7 +400,7 @@ def bench(dsn: str, rows: int, chunk_size: int, workdir: Path, timeout_s: float,
     wall_started = time.monotonic()
     admin = psycopg.connect(dsn, autocommit=True)
     server_version = admin.execute("SHOW server_version").fetchone()[0]
-    for slot in (DUMP_SLOT, STREAM_SLOT, RAW_SLOT):
+    for slot in (DUMP_SLOT, STREAM_SLOT, f"{RAW_SLOT}_0", f"{RAW_SLOT}_1"):
         drop_slot(admin, slot)
 
     progress(f"loading {rows} rows into {TABLE}")
@@ -407,18 +412,23 @@ def bench(dsn: str, rows: int, chunk_size: int, workdir: Path, timeout_s: float,
     size = admin.execute(f"SELECT pg_total_relation_size('{TABLE}')").fetchone()[0]
     progress(f"loaded in {load_s:.1f}s ({insert_s:.1f}s INSERT), {size / 2**20:.0f} MiB")
 
-    # -- dump: warm-up (untimed), raw, dblog, raw again; report the faster raw run ------------
+    # -- dump: warm-up (untimed), raw x2, dblog, raw x2; the raw rate is the median run ------
     child_args = {"dsn": dsn, "chunk_size": chunk_size, "workdir": str(workdir),
                   "timeout_s": timeout_s, "profile": profile, "py_spy": py_spy}
     progress("raw dump: warm-up pass (untimed)")
     raw_dump(dsn, chunk_size)
-    raw_runs = []
-    total, seconds = raw_dump(dsn, chunk_size)
-    raw_runs.append(total / seconds)
-    progress(f"raw dump #1: {total} rows in {seconds:.2f}s = {total / seconds:,.0f} rows/s")
-    if total != rows:
-        raise RuntimeError(f"raw dump read {total} rows, expected {rows}")
+    raw_runs: list[float] = []
 
+    def timed_raw_dump() -> None:
+        total, seconds = raw_dump(dsn, chunk_size)
+        if total != rows:
+            raise RuntimeError(f"raw dump read {total} rows, expected {rows}")
+        raw_runs.append(total / seconds)
+        progress(f"raw dump #{len(raw_runs)}: {total} rows in {seconds:.2f}s "
+                 f"= {total / seconds:,.0f} rows/s")
+
+    for _ in range(RAW_RUNS // 2):
+        timed_raw_dump()
     progress("dblog dump (child process)")
     dump = run_child("dump", child_args)
     dump_rate = dump["rows"] / dump["seconds"]
@@ -427,16 +437,16 @@ def bench(dsn: str, rows: int, chunk_size: int, workdir: Path, timeout_s: float,
     if dump["rows"] != rows:
         raise RuntimeError(f"dblog dump wrote {dump['rows']} read events, expected {rows}")
     drop_slot(admin, DUMP_SLOT)
+    for _ in range(RAW_RUNS - RAW_RUNS // 2):
+        timed_raw_dump()
+    raw_dump_rate = statistics.median(raw_runs)
 
-    total, seconds = raw_dump(dsn, chunk_size)
-    raw_runs.append(total / seconds)
-    progress(f"raw dump #2: {total} rows in {seconds:.2f}s = {total / seconds:,.0f} rows/s")
-    raw_dump_rate = max(raw_runs)
-
-    # -- stream: both slots created together, updates with no consumer, then consume ----------
+    # -- stream: all slots created together, updates with no consumer, then consume ------------
+    # the raw consumer runs once before and once after dblog (own slot each); mean of the two
     progress("creating the dblog and raw slots, then running the updates")
-    admin.execute("SELECT pg_create_logical_replication_slot(%s, 'wal2json')", (STREAM_SLOT,))
-    admin.execute("SELECT pg_create_logical_replication_slot(%s, 'wal2json')", (RAW_SLOT,))
+    raw_slots = [f"{RAW_SLOT}_{i}" for i in range(2)]
+    for slot in (STREAM_SLOT, *raw_slots):
+        admin.execute("SELECT pg_create_logical_replication_slot(%s, 'wal2json')", (slot,))
     update_s = time.monotonic()
     admin.execute(UPDATE_SQL.format(rows=rows))
     update_s = time.monotonic() - update_s
@@ -446,13 +456,17 @@ def bench(dsn: str, rows: int, chunk_size: int, workdir: Path, timeout_s: float,
     progress(f"{rows} updates in {transactions} transactions took {update_s:.1f}s "
              f"(WAL insert position {end_lsn})")
 
-    progress("raw stream consumer")
     add_tables = ",".join([TABLE, "dblog.watermark"])  # as dblog: captured tables + watermarks
-    updates, seconds = raw_stream(dsn, RAW_SLOT, add_tables, rows, timeout_s)
-    raw_stream_rate = updates / seconds
-    progress(f"raw stream: {updates} updates in {seconds:.2f}s = {raw_stream_rate:,.0f} ev/s")
-    drop_slot(admin, RAW_SLOT)
+    raw_stream_runs: list[float] = []
 
+    def timed_raw_stream(slot: str) -> None:
+        progress(f"raw stream consumer on {slot}")
+        updates, seconds = raw_stream(dsn, slot, add_tables, rows, timeout_s)
+        raw_stream_runs.append(updates / seconds)
+        progress(f"raw stream: {updates} updates in {seconds:.2f}s = {updates / seconds:,.0f} ev/s")
+        drop_slot(admin, slot)
+
+    timed_raw_stream(raw_slots[0])
     progress("dblog stream (child process)")
     # every update transaction is emitted as begin + its updates + commit
     stream = run_child("stream", {**child_args, "expected_seq": rows + 2 * transactions})
@@ -462,6 +476,8 @@ def bench(dsn: str, rows: int, chunk_size: int, workdir: Path, timeout_s: float,
     if stream["updates"] != rows:
         raise RuntimeError(f"dblog wrote {stream['updates']} update events, expected {rows}")
     drop_slot(admin, STREAM_SLOT)
+    timed_raw_stream(raw_slots[1])
+    raw_stream_rate = statistics.mean(raw_stream_runs)
 
     admin.execute(f"DROP TABLE IF EXISTS {TABLE}")
     admin.close()
@@ -492,7 +508,7 @@ def bench(dsn: str, rows: int, chunk_size: int, workdir: Path, timeout_s: float,
             "stream_seconds_to_emitted": round(stream["seconds_to_emitted"], 3),
             "stream_seconds_to_running": round(stream["seconds_to_running"], 3),
             "stream_events_per_s_to_emitted": round(rows / stream["seconds_to_emitted"], 1),
-            "raw_stream_seconds": round(seconds, 3),
+            "raw_stream_events_per_s_runs": [round(r, 1) for r in raw_stream_runs],
             "update_transactions": transactions,
             "table_mib": round(size / 2**20, 1),
         },
