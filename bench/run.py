@@ -188,11 +188,13 @@ def raw_stream(dsn: str, slot: str, add_tables: str, expected_updates: int,
                timeout_s: float) -> tuple[int, float]:
     """A bare wal2json consumer: START_REPLICATION, get_copy_data, json-decode every message,
     count updates, answer keepalives. Returns (updates seen, seconds from connecting)."""
+    from dblog.connectors.postgres.wal2json import WAL2JSON_OPTIONS
     from psycopg import pq
 
-    from dblog.connectors.postgres.wal2json import WAL2JSON_OPTIONS
-
-    decode = json.JSONDecoder(parse_float=str).decode
+    try:  # exactly the decoder dblog uses (today json.JSONDecoder(parse_float=str).decode)
+        from dblog.connectors.postgres.wal2json import _decode as decode
+    except ImportError:
+        decode = json.JSONDecoder(parse_float=str).decode
     options = {**WAL2JSON_OPTIONS, "add-tables": add_tables}
     opts = ", ".join(f"{_quote_ident(k)} '{v}'" for k, v in options.items())
     command = f"START_REPLICATION SLOT {_quote_ident(slot)} LOGICAL 0/0 ({opts})".encode()
@@ -244,8 +246,9 @@ def raw_stream(dsn: str, slot: str, add_tables: str, expected_updates: int,
 
 def _pipeline(args: dict[str, Any], name: str, slot: str) -> Any:
     from dblog.connectors.postgres import PostgresConnector
-    from dblog.engine import EngineSettings
     from dblog.outputs.jsonl import JsonlOutput
+
+    from dblog.engine import EngineSettings
     from dblog.pipeline import Pipeline
 
     work = Path(args["workdir"])
@@ -482,7 +485,8 @@ def bench(dsn: str, rows: int, chunk_size: int, workdir: Path, timeout_s: float,
     admin.execute(f"DROP TABLE IF EXISTS {TABLE}")
     admin.close()
 
-    ratios = {"dump_ratio": dump_rate / raw_dump_rate, "stream_ratio": stream_rate / raw_stream_rate}
+    ratios = {"dump_ratio": dump_rate / raw_dump_rate,
+              "stream_ratio": stream_rate / raw_stream_rate}
     return {
         "db": "postgres",
         "rows": rows,

@@ -93,7 +93,7 @@ def table_info(
         raise DumpRequestError(
             f"table {table} has no primary key, so it cannot be dumped in key chunks",
             fix=f"add a primary key, or name a unique non-null key in source.key_columns "
-                f"(for example key_columns: {{'{table}': [{names[0] if names else 'id'}]}})",
+                f"(for example key_columns: {{\"{table}\": [\"{names[0] if names else 'id'}\"]}})",
         )
     unknown = [k for k in keys if k not in names]
     if unknown:

@@ -1,0 +1,150 @@
+"""Idle databases, TOAST updates, and clear errors for bad input on PostgreSQL."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from dblog.connectors.postgres import PostgresConnector
+from dblog.engine import EngineSettings
+from dblog.errors import ConfigError, DumpRequestError, FatalSourceError
+from dblog.harness.postgres import start_postgres
+from dblog.outputs.jsonl import JsonlOutput
+from dblog.pipeline import Pipeline
+from dblog.positions import Lsn
+
+from .pgutil import read_events, replayed, source_rows, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def _pipeline(dsn: str, tmp: Path, **source: object) -> Pipeline:
+    config = {"dsn": dsn, "slot": "misc", "tables": ["public.*"], **source}
+    settings = EngineSettings(chunk_size=20, flush_interval_s=0.2, heartbeat_interval_s=0.5)
+    return Pipeline(PostgresConnector(config, "misc"),
+                    [JsonlOutput({"path": str(tmp / "out.jsonl")})],
+                    state_path=str(tmp / "state.json"), settings=settings)
+
+
+def _confirmed(dsn: str) -> Lsn:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                           "WHERE slot_name = 'misc'").fetchone()
+    assert row is not None
+    return Lsn.parse(row[0])
+
+
+def test_idle_database_slot_advances_and_idle_table_dump_completes(pg_dsn: str,
+                                                                  tmp_path: Path) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE idle (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO idle SELECT g, 'v' FROM generate_series(1, 95) g")
+    pipeline = _pipeline(pg_dsn, tmp_path).start()
+    try:
+        first = _confirmed(pg_dsn)
+        wait_until(lambda: _confirmed(pg_dsn) > first, 20, "the slot to advance on heartbeats")
+        second = _confirmed(pg_dsn)
+        wait_until(lambda: _confirmed(pg_dsn) > second, 20, "the slot to keep advancing")
+        dump_id = pipeline.dump(["public.idle"])
+        wait_until(lambda: pipeline.dump_status(dump_id)["state"] == "done", 30, "the dump")
+    finally:
+        pipeline.stop()
+    events = read_events(tmp_path / "out.jsonl")
+    assert sorted(e["key"][0] for e in events if e["op"] == "read") == list(range(1, 96))
+    assert replayed(events) == source_rows(pg_dsn, ["public.idle"])
+
+
+def test_toast_unchanged_column_is_never_emitted_as_null(pg_dsn: str, tmp_path: Path) -> None:
+    big = "x" * 20000 + "tail"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE doc (id int PRIMARY KEY, n int, body text)")
+        conn.execute("ALTER TABLE doc ALTER COLUMN body SET STORAGE EXTERNAL")
+        conn.execute("CREATE TABLE docfull (id int PRIMARY KEY, n int, body text)")
+        conn.execute("ALTER TABLE docfull ALTER COLUMN body SET STORAGE EXTERNAL")
+        conn.execute("ALTER TABLE docfull REPLICA IDENTITY FULL")
+        for table in ("doc", "docfull"):
+            conn.execute(f"INSERT INTO {table} SELECT g, 0, %s FROM generate_series(1, 30) g",
+                         (big,))
+    pipeline = _pipeline(pg_dsn, tmp_path).start()
+    try:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("UPDATE doc SET n = n + 1 WHERE id <= 5")
+            conn.execute("UPDATE docfull SET n = n + 1 WHERE id <= 5")
+        dump_id = pipeline.dump(["public.doc", "public.docfull"])
+        wait_until(lambda: pipeline.dump_status(dump_id)["state"] == "done", 60, "the dump")
+        wait_until(lambda: len([e for e in read_events(tmp_path / "out.jsonl")
+                                if e["op"] == "update"]) >= 10, 30, "the updates")
+    finally:
+        pipeline.stop()
+    events = read_events(tmp_path / "out.jsonl")
+    updates = {e["table"]: e for e in events if e["op"] == "update"}
+    assert updates["doc"]["unchanged"] == ["body"] and "body" not in updates["doc"]["after"]
+    assert updates["docfull"]["after"]["body"] == big and "unchanged" not in updates["docfull"]
+    assert all(e["after"].get("body") is not None for e in events if "after" in e
+               and e["table"] == "docfull")
+    assert replayed(events) == source_rows(pg_dsn, ["public.doc", "public.docfull"])
+
+
+def test_dump_of_table_without_primary_key_is_refused(pg_dsn: str, tmp_path: Path) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE nopk (a int, b text)")
+    pipeline = _pipeline(pg_dsn, tmp_path).start()
+    try:
+        with pytest.raises(DumpRequestError, match="(?s)nopk has no primary key.*key_columns"):
+            pipeline.dump(["public.nopk"])
+        with pytest.raises(DumpRequestError, match="unknown table public.nope"):
+            pipeline.dump(["public.nope"])
+        assert pipeline.status()["running"], "a bad request must not stop the pipeline"
+    finally:
+        pipeline.stop()
+
+
+def test_table_without_primary_key_can_use_named_key(pg_dsn: str, tmp_path: Path) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE nopk (a int NOT NULL UNIQUE, b text)")
+        conn.execute("INSERT INTO nopk SELECT g, 'b' FROM generate_series(1, 50) g")
+    pipeline = _pipeline(pg_dsn, tmp_path, key_columns={"public.nopk": ["a"]}).start()
+    try:
+        dump_id = pipeline.dump(["public.nopk"])
+        wait_until(lambda: pipeline.dump_status(dump_id)["state"] == "done", 30, "the dump")
+    finally:
+        pipeline.stop()
+    reads = [e for e in read_events(tmp_path / "out.jsonl") if e["op"] == "read"]
+    assert sorted(e["key"][0] for e in reads) == list(range(1, 51))
+
+
+def test_missing_output_plugin_is_explained(pg_dsn: str, tmp_path: Path) -> None:
+    pipeline = _pipeline(pg_dsn, tmp_path, plugin="wal2json_absent")
+    with pytest.raises(FatalSourceError, match="(?s)not installed.*apt-get install postgresql"):
+        pipeline.start()
+
+
+def test_wal_level_not_logical_is_explained(tmp_path: Path) -> None:
+    server = start_postgres({"wal_level": "replica"})
+    try:
+        pipeline = _pipeline(server.dsn(), tmp_path)
+        with pytest.raises(FatalSourceError, match="(?s)wal_level is replica.*wal_level = logical"):
+            pipeline.start()
+    finally:
+        server.stop()
+
+
+def test_unknown_config_key_names_the_key(tmp_path: Path) -> None:
+    from dblog.config import load_config
+
+    config = tmp_path / "c.yaml"
+    config.write_text("source: {type: postgres, dsn: x}\noutputs: [{type: jsonl}]\n"
+                      "engine: {chunk_sise: 5}\n")
+    with pytest.raises(ConfigError, match=r"engine.chunk_sise: unknown key \(did you mean chunk_size"):
+        load_config(config)
+    run = subprocess.run([sys.executable, "-m", "dblog.cli", "run", "--config", str(config)],
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 2 and "chunk_sise: unknown key" in run.stderr
+    config.write_text("source: {type: postgres, dsn: x, slots: a}\noutputs: [{type: jsonl}]\n")
+    run = subprocess.run([sys.executable, "-m", "dblog.cli", "check", "--config", str(config)],
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 2 and "source: slots: unknown key (did you mean slot?)" in run.stderr
