@@ -52,8 +52,8 @@ class PipelineConfig(BaseModel):
     name: str = Field("dblog", pattern=r"^[A-Za-z0-9_.-]{1,63}$")
     source: dict[str, Any]
     outputs: list[dict[str, Any]] = Field(min_length=1)
-    state: StateConfig = StateConfig()
-    engine: EngineConfig = EngineConfig()
+    state: StateConfig = Field(default_factory=StateConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
     initial_dumps: list[DumpRequestConfig] = Field(default_factory=list)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
@@ -76,7 +76,7 @@ def substitute(text: str, env: dict[str, str] | None = None) -> str:
     return _VAR.sub(repl, text)
 
 
-def _describe(error: dict[str, Any], model: type[BaseModel]) -> str:
+def _describe(error: Any, model: type[BaseModel]) -> str:
     where = ".".join(str(p) for p in error["loc"])
     if error["type"] == "extra_forbidden":
         known = _known_fields(model, error["loc"][:-1])

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TypeVar
 
-from dblog.acks import CommitPoint, PipelineState, apply_points, min_acknowledged, split_acknowledged
+from dblog.acks import (
+    CommitPoint,
+    PipelineState,
+    apply_points,
+    min_acknowledged,
+    split_acknowledged,
+)
 from dblog.dumps import Dump
 from dblog.errors import DblogError, FatalOutputError
 from dblog.model import ChangeEvent
@@ -50,7 +57,7 @@ class Delivery:
         self.state, self.version, self.last_seq = state, version, state.seq
         self._batch, self._points = [], []
         for output in self.outputs:
-            self._retry(lambda o=output: o.open(state.seq), f"open {output.name}")
+            self._retry(partial(output.open, state.seq), f"open {output.name}")
 
     def emit(self, event: ChangeEvent) -> None:
         self.last_seq += 1
@@ -72,7 +79,7 @@ class Delivery:
             return
         batch, self._batch = self._batch, []
         for output in self.outputs:
-            self._retry(lambda o=output: o.write(batch), f"write to {output.name}")
+            self._retry(partial(output.write, batch), f"write to {output.name}")
 
     def commit(self) -> PipelineState:
         """Deliver, flush every output, and commit state up to the common acknowledgement."""

@@ -12,7 +12,7 @@
     │   ├── RetryableOutputError
     │   └── FatalOutputError
     └── StateError             the state store
-        └── FencedError        a compare-and-set write lost: another leader (newer epoch) owns the state
+        └── FencedError        a compare-and-set write lost: a newer leader epoch owns the state
 
 Driver errors are classified once, in each adapter (``connectors/*``, ``outputs/*``), into
 the retryable or fatal branch; the core only looks at :attr:`DblogError.retryable`.

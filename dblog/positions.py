@@ -15,11 +15,9 @@ from dblog.errors import StateError
 
 @runtime_checkable
 class Position(Protocol):
+    """Positions of one kind are ordered (``<``); the order across kinds is undefined."""
+
     kind: ClassVar[str]
-
-    def __lt__(self, other: object) -> bool: ...
-
-    def __le__(self, other: object) -> bool: ...
 
     def encode(self) -> str:
         """The stable string form, ``decode_position`` reverses it."""

@@ -14,7 +14,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dblog.errors import DumpRequestError
-from dblog.model import ChangeEvent, ColumnInfo, Key, LogItem, Op, Row, TableId, TableInfo, Watermark
+from dblog.model import (
+    ChangeEvent,
+    ColumnInfo,
+    Key,
+    LogItem,
+    Op,
+    Row,
+    TableId,
+    TableInfo,
+    Watermark,
+)
 from dblog.positions import Lsn, Position
 from dblog.spi import Chunk, StoredState
 

@@ -16,13 +16,13 @@ from dblog.model import TableId
 from dblog.positions import Position
 
 from . import catalog, setup
-from .errors import classify
 from .chunks import PostgresChunkReader, PostgresWatermarkWriter, connect
+from .errors import classify
 from .replication import PostgresLogReader
 from .setup import Finding
 from .wal2json import Wal2JsonDecoder
 
-__all__ = ["PostgresConfig", "PostgresConnector", "Finding"]
+__all__ = ["Finding", "PostgresConfig", "PostgresConnector"]
 
 _SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
 

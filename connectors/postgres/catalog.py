@@ -35,8 +35,12 @@ ORDER BY 1, 2
 """
 
 
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
 def regclass(table: TableId) -> str:
-    return f'"{table.schema.replace(chr(34), chr(34) * 2)}"."{table.name.replace(chr(34), chr(34) * 2)}"'
+    return f"{_quote(table.schema)}.{_quote(table.name)}"
 
 
 def matches(table: TableId, patterns: Sequence[str]) -> bool:
@@ -82,18 +86,20 @@ def table_info(
     try:
         columns = conn.execute(COLUMNS_SQL, (regclass(table),)).fetchall()
     except psycopg.errors.UndefinedTable as exc:
-        raise DumpRequestError(f"unknown table {table}",
-                               fix="check the table name (schema.table) and the search path") from exc
+        raise DumpRequestError(
+            f"unknown table {table}", fix="check the table name (schema.table) and the search path"
+        ) from exc
     except psycopg.Error as exc:
         raise classify(exc, f"reading the columns of {table}") from exc
     names = [c[0] for c in columns]
     keys = tuple(key_columns) if key_columns else tuple(
         r[0] for r in conn.execute(PK_SQL, (regclass(table),)).fetchall())
     if not keys:
+        example = names[0] if names else "id"
         raise DumpRequestError(
             f"table {table} has no primary key, so it cannot be dumped in key chunks",
             fix=f"add a primary key, or name a unique non-null key in source.key_columns "
-                f"(for example key_columns: {{\"{table}\": [\"{names[0] if names else 'id'}\"]}})",
+                f"(for example key_columns: {{\"{table}\": [\"{example}\"]}})",
         )
     unknown = [k for k in keys if k not in names]
     if unknown:

@@ -16,6 +16,7 @@ from . import catalog
 from .errors import classify
 from .types import converter_for, key_param
 
+
 def _in_progress(snapshot: str) -> frozenset[int]:
     """Transaction ids in progress in ``xmin:xmax:xip,...``, as the 32-bit ids wal2json prints."""
     xip = snapshot.split(":")[2] if snapshot.count(":") == 2 else ""
@@ -25,9 +26,10 @@ def _in_progress(snapshot: str) -> frozenset[int]:
 RowDecoder = Callable[[tuple[Any, ...]], tuple[Key, Row]]
 
 
-def connect(dsn: str) -> psycopg.Connection:
+def connect(dsn: str, options: str = "") -> psycopg.Connection:
     try:
-        conn = psycopg.connect(dsn, autocommit=True, options="-c datestyle=ISO -c timezone=UTC")
+        conn = psycopg.connect(dsn, autocommit=True,
+                               options=f"-c datestyle=ISO -c timezone=UTC {options}".strip())
     except psycopg.Error as exc:
         raise classify(exc, "connecting to the source") from exc
     return conn
@@ -179,7 +181,9 @@ class PostgresWatermarkWriter:
     """Updates this instance's row of the watermark table, each write its own transaction."""
 
     def __init__(self, dsn: str, table: TableId, instance: str) -> None:
-        self.conn = connect(dsn)
+        # the walsender only sends flushed WAL: with asynchronous commit a watermark could wait
+        # for the WAL writer (wal_writer_delay, 200 ms by default) before its window can close
+        self.conn = connect(dsn, "-c synchronous_commit=on")
         self.instance = instance
         self.query = sql.SQL("UPDATE {} SET value = %s, updated_at = now() WHERE name = %s"
                              ).format(sql.Identifier(table.schema, table.name))

@@ -25,7 +25,7 @@ def classify(exc: BaseException, doing: str) -> DblogError:
             f"{doing}: the wal2json output plugin is not installed on the server ({text})",
             fix="install it on the database host (Debian: apt-get install postgresql-15-wal2json)",
         )
-    if "password authentication failed" in text or "does not exist" in text and "role" in text:
+    if "password authentication failed" in text or ("does not exist" in text and "role" in text):
         return FatalSourceError(f"{doing}: {text}", fix="check source.dsn user and password")
     if isinstance(exc, pgerrors.UndefinedTable):
         return DumpRequestError(f"{doing}: {text}")

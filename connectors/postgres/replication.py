@@ -125,7 +125,7 @@ class PostgresLogReader:
             if item is not None:
                 items.append(item)
         elif kind == 0x6B:  # 'k'
-            end, _ts, reply = _KEEPALIVE.unpack_from(data, 1)
+            _end, _ts, reply = _KEEPALIVE.unpack_from(data, 1)
             if reply:
                 self._send_feedback()
 

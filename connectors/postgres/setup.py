@@ -81,7 +81,8 @@ def ensure_slot(conn: psycopg.Connection, slot: str, plugin: str) -> bool:
         if row[0] != plugin:
             raise FatalSourceError(
                 f"replication slot {slot} uses the output plugin {row[0]!r}, not {plugin!r}",
-                fix=f"choose another source.slot, or drop it: SELECT pg_drop_replication_slot('{slot}')")
+                fix=f"choose another source.slot, or drop it: "
+                    f"SELECT pg_drop_replication_slot('{slot}')")
         return False
     try:
         conn.execute("SELECT pg_create_logical_replication_slot(%s, %s)", (slot, plugin))

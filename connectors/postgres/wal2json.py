@@ -35,7 +35,8 @@ def _row(columns: Sequence[Mapping[str, Any]]) -> Row:
 class Wal2JsonDecoder:
     """Turns one wal2json v2 message into a log item.
 
-    ``columns_of(table, fresh)`` gives a table's column names (``fresh``: bypass caches); an update that lacks some of them
+    ``columns_of(table, fresh)`` gives a table's column names (``fresh``: bypass caches); an
+    update that lacks some of them
     carries unchanged TOAST values, which are completed from the old tuple when the table has
     REPLICA IDENTITY FULL and otherwise listed in ``ChangeEvent.unchanged``.
     """

@@ -24,7 +24,6 @@ SERVER_SETTINGS: dict[str, str] = {
     "max_wal_senders": "20",
     "max_connections": "200",
     "fsync": "off",
-    "synchronous_commit": "off",
     "full_page_writes": "off",
     "shared_buffers": "256MB",
     "timezone": "UTC",
@@ -130,7 +129,8 @@ def start_postgres(extra_settings: dict[str, str] | None = None) -> PostgresServ
         capture_output=True, text=True, check=False,
     )
     if start.returncode != 0:
-        log = (root / "server.log").read_text(errors="replace") if (root / "server.log").exists() else ""
+        log_file = root / "server.log"
+        log = log_file.read_text(errors="replace") if log_file.exists() else ""
         raise HarnessError(f"pg_ctl start failed: {start.stderr.strip()} {log[-2000:]}")
     _wait_for_port(port)
     return PostgresServer(port=port, datadir=datadir, bindir=bindir, _root=root)

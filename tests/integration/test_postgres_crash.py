@@ -101,7 +101,8 @@ def test_sigkill_during_dump_loses_nothing_and_resumes(pg_dsn: str, tmp_path: Pa
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
     assert not writers.errors, writers.errors
-    assert kills_mid_dump >= 2, f"only {kills_mid_dump} kills hit a running dump: {log.read_text()[-3000:]}"
+    assert kills_mid_dump >= 2, (f"only {kills_mid_dump} kills hit a running dump: "
+                                 f"{log.read_text()[-3000:]}")
     events = read_events(out)
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1)), "seq must be gapless"
     check_commit_order(events)

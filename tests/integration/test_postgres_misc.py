@@ -94,9 +94,9 @@ def test_dump_of_table_without_primary_key_is_refused(pg_dsn: str, tmp_path: Pat
         conn.execute("CREATE TABLE nopk (a int, b text)")
     pipeline = _pipeline(pg_dsn, tmp_path).start()
     try:
-        with pytest.raises(DumpRequestError, match="(?s)nopk has no primary key.*key_columns"):
+        with pytest.raises(DumpRequestError, match=r"(?s)nopk has no primary key.*key_columns"):
             pipeline.dump(["public.nopk"])
-        with pytest.raises(DumpRequestError, match="unknown table public.nope"):
+        with pytest.raises(DumpRequestError, match=r"unknown table public\.nope"):
             pipeline.dump(["public.nope"])
         assert pipeline.status()["running"], "a bad request must not stop the pipeline"
     finally:
@@ -119,7 +119,7 @@ def test_table_without_primary_key_can_use_named_key(pg_dsn: str, tmp_path: Path
 
 def test_missing_output_plugin_is_explained(pg_dsn: str, tmp_path: Path) -> None:
     pipeline = _pipeline(pg_dsn, tmp_path, plugin="wal2json_absent")
-    with pytest.raises(FatalSourceError, match="(?s)not installed.*apt-get install postgresql"):
+    with pytest.raises(FatalSourceError, match=r"(?s)not installed.*apt-get install postgresql"):
         pipeline.start()
 
 
@@ -127,7 +127,8 @@ def test_wal_level_not_logical_is_explained(tmp_path: Path) -> None:
     server = start_postgres({"wal_level": "replica"})
     try:
         pipeline = _pipeline(server.dsn(), tmp_path)
-        with pytest.raises(FatalSourceError, match="(?s)wal_level is replica.*wal_level = logical"):
+        with pytest.raises(FatalSourceError,
+                           match=r"(?s)wal_level is replica.*wal_level = logical"):
             pipeline.start()
     finally:
         server.stop()
@@ -139,7 +140,8 @@ def test_unknown_config_key_names_the_key(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text("source: {type: postgres, dsn: x}\noutputs: [{type: jsonl}]\n"
                       "engine: {chunk_sise: 5}\n")
-    with pytest.raises(ConfigError, match=r"engine.chunk_sise: unknown key \(did you mean chunk_size"):
+    with pytest.raises(ConfigError,
+                       match=r"engine.chunk_sise: unknown key \(did you mean chunk_size"):
         load_config(config)
     run = subprocess.run([sys.executable, "-m", "dblog.cli", "run", "--config", str(config)],
                          capture_output=True, text=True, check=False)

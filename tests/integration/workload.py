@@ -14,7 +14,8 @@ CREATE TABLE t_int (id int PRIMARY KEY, ver bigint NOT NULL, v text, amount nume
 CREATE TABLE t_comp (a int, b varchar(10), ver bigint NOT NULL, v text, PRIMARY KEY (a, b));
 CREATE TABLE t_uuid (id uuid PRIMARY KEY, ver bigint NOT NULL, v text,
                      ts timestamptz DEFAULT now());
-INSERT INTO t_int SELECT g, nextval('ver_seq'), 'init' || g, g / 7.0 FROM generate_series(1, {n}) g;
+INSERT INTO t_int SELECT g, nextval('ver_seq'), 'init' || g, g / 7.0
+  FROM generate_series(1, {n}) g;
 INSERT INTO t_comp SELECT g % 100, 'x' || (g / 100), nextval('ver_seq'), 'init'
   FROM generate_series(1, {n}) g;
 """
@@ -40,18 +41,20 @@ def _statement(rng: random.Random, rows: int) -> tuple[str, tuple[object, ...]]:
     k = rng.randrange(1, int(rows * 1.3))
     if table == "int":
         if op < 0.4:
-            return "UPDATE t_int SET ver = nextval('ver_seq'), v = md5(random()::text) WHERE id = %s", (k,)
+            return ("UPDATE t_int SET ver = nextval('ver_seq'), v = md5(random()::text) "
+                    "WHERE id = %s", (k,))
         if op < 0.6:
             return "DELETE FROM t_int WHERE id = %s", (k,)
         if op < 0.85:
-            return ("INSERT INTO t_int VALUES (%s, nextval('ver_seq'), 'ins', 1.5) ON CONFLICT (id) "
-                    "DO UPDATE SET ver = nextval('ver_seq'), v = 'ups'"), (k,)
+            return ("INSERT INTO t_int VALUES (%s, nextval('ver_seq'), 'ins', 1.5) "
+                    "ON CONFLICT (id) DO UPDATE SET ver = nextval('ver_seq'), v = 'ups'"), (k,)
         return ("UPDATE t_int SET id = %s, ver = nextval('ver_seq') WHERE id = %s",
                 (rng.randrange(1, int(rows * 1.3)), k))
     if table == "comp":
         a, b = k % 100, f"x{k // 100}"
         if op < 0.45:
-            return "UPDATE t_comp SET ver = nextval('ver_seq'), v = 'u' WHERE a = %s AND b = %s", (a, b)
+            return ("UPDATE t_comp SET ver = nextval('ver_seq'), v = 'u' "
+                    "WHERE a = %s AND b = %s", (a, b))
         if op < 0.65:
             return "DELETE FROM t_comp WHERE a = %s AND b = %s", (a, b)
         if op < 0.9:

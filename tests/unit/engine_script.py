@@ -21,7 +21,6 @@ from dblog.spi import Output, StateStore
 from dblog.testing import (
     FakeClock,
     MemoryChunkReader,
-    MemoryConnector,
     MemoryDatabase,
     MemoryLogReader,
     MemoryWatermarkWriter,
@@ -186,7 +185,7 @@ def assert_log_order(events: Sequence[ChangeEvent], db: MemoryDatabase) -> None:
     got = [e.position for e in events if e.op is not Op.READ]
     want = log_positions_expected(db)
     if got != want:
-        first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b),
+        first = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
                      min(len(got), len(want)))
         raise AssertionError(
             f"log events differ from the source log at index {first}: output "

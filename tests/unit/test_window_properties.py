@@ -261,7 +261,7 @@ def engine_scenarios(draw: st.DrawFn) -> EngineScenario:
 def run_engine_scenario(s: EngineScenario, restart: bool) -> None:
     db = MemoryDatabase()
     tables = [db.create_table(f"public.t{i}", ["id", "v"], ["id"]) for i in range(s.n_tables)]
-    for table, keys in zip(tables, s.initial):
+    for table, keys in zip(tables, s.initial, strict=True):
         preload(db, table, keys)
     book = VersionBook()
     out = ListOutput()

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what dblog's demo, tests and benchmarks need on a fresh Debian machine. Idempotent.
+# Debian packages need root: run as root, or with sudo available.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(postgresql-15 postgresql-15-wal2json)
+SUDO=""
+if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  # the package's post-install would create and start a default cluster; the harness makes its own
+  $SUDO mkdir -p /etc/postgresql-common/createcluster.d
+  echo "create_main_cluster = false" | $SUDO tee /etc/postgresql-common/createcluster.d/dblog.conf >/dev/null
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+PYTHON="${PYTHON:-python3}"
+"$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[test]"
+echo "setup: done" >&2

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Sets up a fresh machine and runs every test tier. Integration tests start their own servers;
+# with DBLOG_REQUIRE_SERVICES=1 a server that cannot start fails the run instead of skipping.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export DBLOG_REQUIRE_SERVICES="${DBLOG_REQUIRE_SERVICES:-1}"
+python3 -m ruff check .
+python3 -m mypy
+python3 -m pytest -q "$@"
