@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec python3 scripts/demo.py "$@"
+exec "${PYTHON:-python3}" scripts/demo.py "$@"

@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export DBLOG_REQUIRE_SERVICES="${DBLOG_REQUIRE_SERVICES:-1}"
-python3 -m ruff check .
-python3 -m mypy
-python3 -m pytest -q "$@"
+PYTHON="${PYTHON:-python3}"
+"$PYTHON" -m ruff check .
+"$PYTHON" -m mypy
+"$PYTHON" -m pytest -q "$@"
