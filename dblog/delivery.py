@@ -66,9 +66,10 @@ class Delivery:
         if len(self._batch) >= self.batch_size:
             self.deliver()
 
-    def mark(self, position: Position | None, dump: Dump | None = None) -> None:
-        """A commit point after the last emitted event."""
-        point = CommitPoint(self.last_seq, position, dump)
+    def mark(self, position: Position | None, dump: Dump | None = None,
+             seq: int | None = None) -> None:
+        """A commit point at ``seq`` (default: the last emitted event)."""
+        point = CommitPoint(self.last_seq if seq is None else seq, position, dump)
         if self._points and self._points[-1].dump is None and dump is None:
             self._points[-1] = point
         else:

@@ -176,7 +176,7 @@ def dump_to_json(dump: Dump) -> dict[str, Any]:
         "keys": None if dump.keys is None else [list(k) for k in dump.keys],
         "tables": [
             {
-                "table": str(t.table), "started": t.started, "done": t.done,
+                "table": [t.table.schema, t.table.name], "started": t.started, "done": t.done,
                 "last_key": _key_out(t.last_key), "upper_key": _key_out(t.upper_key),
                 "chunks": t.chunks, "rows": t.rows, "estimated_rows": t.estimated_rows,
             }
@@ -185,10 +185,14 @@ def dump_to_json(dump: Dump) -> dict[str, Any]:
     }
 
 
+def _table_in(raw: Any) -> TableId:
+    return TableId.parse(raw) if isinstance(raw, str) else TableId(raw[0], raw[1])
+
+
 def dump_from_json(raw: dict[str, Any]) -> Dump:
     tables = tuple(
         TableProgress(
-            table=TableId.parse(t["table"]), started=t["started"], done=t["done"],
+            table=_table_in(t["table"]), started=t["started"], done=t["done"],
             last_key=_key_in(t["last_key"]), upper_key=_key_in(t["upper_key"]),
             chunks=t["chunks"], rows=t["rows"], estimated_rows=t.get("estimated_rows", 0),
         )

@@ -102,6 +102,7 @@ class Engine:
         self._open: _OpenChunk | None = None
         self._tx = _Transaction()
         self._safe_position: Position | None = None
+        self._boundary_seq = 0
         self._tables: dict[TableId, TableInfo] = {}
         self._next_chunk_at = 0.0
         self._stop = threading.Event()
@@ -182,6 +183,7 @@ class Engine:
                 self.request_dump(tables)
         self.live = state.dumps
         self._safe_position = state.position
+        self._boundary_seq = state.seq
         self.delivery.on_commit = reader.acknowledge
         reader.start(state.position)
         log.info("resumed at position %s, seq %d, %d dump(s) queued", state.position,
@@ -234,6 +236,7 @@ class Engine:
                 self.delivery.emit(item)
             self._tx = _Transaction()
             self._safe_position = item.position
+            self._boundary_seq = self.delivery.last_seq
             self.delivery.mark(item.position)
         else:
             if self._open is not None:
@@ -274,10 +277,19 @@ class Engine:
             refetch = dumpops.keys_dump(plan.table, sorted(window.refetch, key=repr),
                                         internal=True)
             self.live = self.live.add(refetch, front=True)
-            self.delivery.mark(self._safe_position, refetch)
-        self.delivery.mark(self._safe_position, dump)
+            self._mark_dump(refetch)
+        self._mark_dump(dump)
         if dump.state is DumpState.DONE:
             log.info("dump %s done: %d rows in %d chunks", dump.id, dump.rows, dump.chunks)
+
+    def _mark_dump(self, dump: Dump) -> None:
+        """Record dump progress at the last transaction boundary: the state never pairs a
+        sequence number inside a transaction with a position before it."""
+        if self._tx.emitted:
+            self.delivery.mark(self._safe_position, dump, seq=self._boundary_seq)
+        else:
+            self._boundary_seq = self.delivery.last_seq
+            self.delivery.mark(self._safe_position, dump)
 
     def _check_window(self, idle_s: float | None) -> None:
         """Fail when the log stays idle for ``window_timeout_s`` while a window waits for H (a
@@ -322,7 +334,7 @@ class Engine:
         upper = self._chunks.max_key(info)
         started = dumpops.start_table(dump, table, upper, info.estimated_rows)
         self.live = self.live.put(started)
-        self.delivery.mark(self._safe_position, started)
+        self._mark_dump(started)
         log.info("dump %s: %s up to key %s (~%d rows)", dump.id, table, upper,
                  info.estimated_rows)
 

@@ -8,6 +8,7 @@ log entries too, so the engine's windows close exactly as they do against a real
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -229,9 +230,11 @@ class ListOutput:
         self.events: list[ChangeEvent] = []
         self.ack_limit: int | None = None
         self.fail_next: Exception | None = None
+        self.committed_seq = 0
 
     def open(self, committed_seq: int) -> None:
         self.events = [e for e in self.events if e.seq <= committed_seq]
+        self.committed_seq = committed_seq
 
     def write(self, events: Sequence[ChangeEvent]) -> None:
         if self.fail_next is not None:
@@ -240,7 +243,7 @@ class ListOutput:
         self.events.extend(events)
 
     def flush(self) -> int:
-        last = self.events[-1].seq if self.events else 0
+        last = self.events[-1].seq if self.events else self.committed_seq
         return last if self.ack_limit is None else min(last, self.ack_limit)
 
     def close(self) -> None:
@@ -265,7 +268,7 @@ class MemoryStateStore:
         if current != expected_version:
             raise FencedError(f"version is {current}, expected {expected_version}")
         version = 0 if current is None else current + 1
-        self.stored, self.epoch = StoredState(version, data), epoch
+        self.stored, self.epoch = StoredState(version, copy.deepcopy(data)), epoch
         self.writes += 1
         return version
 

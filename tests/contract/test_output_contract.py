@@ -249,6 +249,24 @@ def test_jsonl_reopen_removes_a_torn_last_line(tmp_path: Path) -> None:
     assert harness.contents() == expected(make_events(1, 5))
 
 
+def test_jsonl_reopen_removes_a_complete_document_without_its_newline(tmp_path: Path) -> None:
+    """A crash can persist a line's JSON but not its newline; it is torn all the same (the
+    next append would otherwise continue on the same line)."""
+    harness, output = jsonl(tmp_path)
+    output.open(0)
+    output.write(make_events(1, 3))
+    output.flush()
+    output.close()
+    with open(harness.path, "ab") as handle:
+        handle.write(orjson.dumps(native(make_events(4, 4)[0])))
+    output = harness.new_output()
+    output.open(10)
+    output.write(make_events(4, 5, tag="z"))
+    assert output.flush() == 5
+    output.close()
+    assert harness.contents() == expected(make_events(1, 3) + make_events(4, 5, tag="z"))
+
+
 def test_jsonl_reopen_cuts_below_a_torn_line(tmp_path: Path) -> None:
     harness, output = jsonl(tmp_path)
     output.open(0)

@@ -160,6 +160,23 @@ def test_empty_chunk_finishes_the_table_and_keeps_last_key() -> None:
     assert dump.tables[0].chunks == 2
 
 
+def test_a_short_chunk_ends_the_table_below_the_upper_bound() -> None:
+    """Rows at the top of the range were deleted: a chunk with fewer rows than the limit is
+    the last one, there is no extra empty chunk."""
+    for selected in (1, 3, 4):
+        dump = start_table(tables_dump([A], "d1"), A, (99,), 0)
+        plan = next_chunk(dump, 5)
+        assert plan is not None
+        dump = complete_chunk(dump, plan, (selected * 10,), selected, selected, 5)
+        assert dump.state is DumpState.DONE, selected
+        assert next_chunk(dump, 5) is None
+    dump = start_table(tables_dump([A], "d1"), A, (99,), 0)
+    plan = next_chunk(dump, 5)
+    assert plan is not None
+    dump = complete_chunk(dump, plan, (50,), 5, 4, 5)  # full chunk, one row dropped
+    assert dump.state is DumpState.RUNNING
+
+
 def test_multi_table_dump_goes_table_by_table() -> None:
     dump = tables_dump([A, B], "d1")
     dump = start_table(dump, A, (2,), 2)
