@@ -188,8 +188,9 @@ def raw_stream(dsn: str, slot: str, add_tables: str, expected_updates: int,
                timeout_s: float) -> tuple[int, float]:
     """A bare wal2json consumer: START_REPLICATION, get_copy_data, json-decode every message,
     count updates, answer keepalives. Returns (updates seen, seconds from connecting)."""
-    from dblog.connectors.postgres.wal2json import WAL2JSON_OPTIONS
     from psycopg import pq
+
+    from dblog.connectors.postgres.wal2json import WAL2JSON_OPTIONS
 
     try:  # exactly the decoder dblog uses (today json.JSONDecoder(parse_float=str).decode)
         from dblog.connectors.postgres.wal2json import _decode as decode
@@ -246,9 +247,8 @@ def raw_stream(dsn: str, slot: str, add_tables: str, expected_updates: int,
 
 def _pipeline(args: dict[str, Any], name: str, slot: str) -> Any:
     from dblog.connectors.postgres import PostgresConnector
-    from dblog.outputs.jsonl import JsonlOutput
-
     from dblog.engine import EngineSettings
+    from dblog.outputs.jsonl import JsonlOutput
     from dblog.pipeline import Pipeline
 
     work = Path(args["workdir"])
@@ -396,14 +396,33 @@ def run_child(phase: str, args: dict[str, Any]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------
 
 
+BENCH_SLOTS = (DUMP_SLOT, STREAM_SLOT, f"{RAW_SLOT}_0", f"{RAW_SLOT}_1")
+
+
 def bench(dsn: str, rows: int, chunk_size: int, workdir: Path, timeout_s: float, *,
           profile: str | None = None, py_spy: str | None = None) -> dict[str, Any]:
+    """Run both phases; on the way out (also on errors) drop what the benchmark created, so a
+    server given with --dsn is left as it was (dblog's watermark table stays)."""
     import psycopg
 
-    wall_started = time.monotonic()
     admin = psycopg.connect(dsn, autocommit=True)
+    try:
+        return _measure(admin, dsn, rows, chunk_size, workdir, timeout_s, profile, py_spy)
+    finally:
+        with contextlib.suppress(Exception):
+            for slot in BENCH_SLOTS:
+                drop_slot(admin, slot, wait_s=10.0)
+            admin.execute(f"DROP TABLE IF EXISTS {TABLE}")
+            admin.execute("DELETE FROM dblog.watermark "
+                          "WHERE name IN ('bench_dump', 'bench_stream')")
+        admin.close()
+
+
+def _measure(admin: Any, dsn: str, rows: int, chunk_size: int, workdir: Path, timeout_s: float,
+             profile: str | None, py_spy: str | None) -> dict[str, Any]:
+    wall_started = time.monotonic()
     server_version = admin.execute("SHOW server_version").fetchone()[0]
-    for slot in (DUMP_SLOT, STREAM_SLOT, f"{RAW_SLOT}_0", f"{RAW_SLOT}_1"):
+    for slot in BENCH_SLOTS:
         drop_slot(admin, slot)
 
     progress(f"loading {rows} rows into {TABLE}")
@@ -482,9 +501,6 @@ def bench(dsn: str, rows: int, chunk_size: int, workdir: Path, timeout_s: float,
     timed_raw_stream(raw_slots[1])
     raw_stream_rate = statistics.mean(raw_stream_runs)
 
-    admin.execute(f"DROP TABLE IF EXISTS {TABLE}")
-    admin.close()
-
     ratios = {"dump_ratio": dump_rate / raw_dump_rate,
               "stream_ratio": stream_rate / raw_stream_rate}
     return {
@@ -543,6 +559,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", choices=["dump", "stream"], help=argparse.SUPPRESS)
     parser.add_argument("--child-args", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.rows < 1 or args.chunk_size < 1:
+        parser.error("--rows and --chunk-size must be at least 1")
 
     if args.child:
         child_main(args.child, args.child_args)

@@ -23,6 +23,7 @@ from engine_script import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dblog.dumps import ChunkPlan
 from dblog.engine import PhaseHooks
 from dblog.model import ChangeEvent, Op, TableId, Watermark
 from dblog.state import state_from_json
@@ -269,13 +270,24 @@ def run_engine_scenario(s: EngineScenario, restart: bool) -> None:
     after_low, before_high = list(s.after_low), list(s.before_high)
     progress = {"step": 0, "polls": 0}
 
-    def inject(queue: list[list[Any]]) -> None:
-        if queue:
-            for tx in queue.pop(0):
-                apply_tx(db, book, tables, tx)
+    def inject(queue: list[list[Any]], plan: ChunkPlan) -> None:
+        """DML inside the window, aimed at the keys the chunk is reading."""
+        if not queue:
+            return
+        if plan.keys:
+            base = plan.keys[0][0]
+        else:
+            base = 0 if plan.after is None else plan.after[0] + 1
+        span = s.chunk_size + 2
+        for tx in queue.pop(0):
+            if isinstance(tx, tuple):  # a TRUNCATE of the chunk's table
+                apply_tx(db, book, [plan.table], tx)
+                continue
+            aimed = [(0, kind, min(KEYS - 1, base + k1 % span), k2) for _, kind, k1, k2 in tx]
+            apply_tx(db, book, [plan.table], aimed)
 
-    hooks = PhaseHooks(after_low=lambda _t: inject(after_low),
-                       before_high=lambda _t: inject(before_high))
+    hooks = PhaseHooks(after_low=lambda plan: inject(after_low, plan),
+                       before_high=lambda plan: inject(before_high, plan))
 
     def on_poll(run: Run) -> bool:
         progress["polls"] += 1
