@@ -27,6 +27,7 @@ class DblogError(Exception):
     retryable: bool = False
 
     def __init__(self, message: str, *, fix: str | None = None) -> None:
+        self.message = message
         self.fix = fix
         super().__init__(f"{message}\n  fix: {fix}" if fix else message)
 

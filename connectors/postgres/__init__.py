@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from dblog.errors import FatalSourceError
+from dblog.errors import DblogError, FatalSourceError
 from dblog.model import TableId
 from dblog.positions import Position
 
@@ -144,15 +144,16 @@ def _table_findings(conn: psycopg.Connection, table: TableId,
     findings = []
     try:
         catalog.table_info(conn, table, key)
-    except Exception as exc:  # DumpRequestError carries the fix
-        findings.append(Finding("error", str(exc)))
+    except DblogError as exc:
+        findings.append(Finding("error", exc.message, exc.fix))
     row = conn.execute(
         "SELECT c.relreplident, EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid "
         "AND a.attnum > 0 AND NOT a.attisdropped AND a.attstorage IN ('x', 'e')) "
         "FROM pg_class c WHERE c.oid = %s::regclass", (catalog.regclass(table),)).fetchone()
     if row and row[0] != "f" and row[1]:
+        identity = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX"}.get(row[0], row[0])
         findings.append(Finding(
-            "warning", f"{table} has TOAST-able columns and REPLICA IDENTITY {row[0]}: updates "
+            "warning", f"{table} has TOAST-able columns and REPLICA IDENTITY {identity}: updates "
             "that leave a large value unchanged arrive without it (marked 'unchanged'; a dump "
             "window re-reads such rows)", f"ALTER TABLE {table} REPLICA IDENTITY FULL;"))
     return findings

@@ -274,10 +274,8 @@ def run_engine_scenario(s: EngineScenario, restart: bool) -> None:
         """DML inside the window, aimed at the keys the chunk is reading."""
         if not queue:
             return
-        if plan.keys:
-            base = plan.keys[0][0]
-        else:
-            base = 0 if plan.after is None else plan.after[0] + 1
+        start = plan.keys[0] if plan.keys else plan.after
+        base = 0 if start is None else start[0] + (0 if plan.keys else 1)
         span = s.chunk_size + 2
         for tx in queue.pop(0):
             if isinstance(tx, tuple):  # a TRUNCATE of the chunk's table
