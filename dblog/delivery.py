@@ -15,7 +15,7 @@ from dblog.acks import (
     split_acknowledged,
 )
 from dblog.dumps import Dump
-from dblog.errors import DblogError, FatalOutputError
+from dblog.errors import DblogError, FatalOutputError, LeadershipLost
 from dblog.model import ChangeEvent
 from dblog.positions import Position
 from dblog.spi import Clock, Output, StateStore
@@ -52,6 +52,11 @@ class Delivery:
         self._batch: list[ChangeEvent] = []
         self._points: list[CommitPoint] = []
         self.on_commit: Callable[[Position], None] | None = None
+        self.is_leader: Callable[[], bool] = lambda: True
+
+    def _check_leader(self) -> None:
+        if not self.is_leader():
+            raise LeadershipLost("leadership lost: nothing more is emitted or committed")
 
     def resume(self, state: PipelineState, version: int | None) -> None:
         self.state, self.version, self.last_seq = state, version, state.seq
@@ -78,6 +83,7 @@ class Delivery:
     def deliver(self) -> None:
         if not self._batch:
             return
+        self._check_leader()
         batch, self._batch = self._batch, []
         for output in self.outputs:
             self._retry(partial(output.write, batch), f"write to {output.name}")
@@ -94,6 +100,7 @@ class Delivery:
     def save(self, state: PipelineState) -> None:
         if state == self.state and self.version is not None:
             return
+        self._check_leader()
         self.version = self.store.save(state_to_json(state), self.version, self.epoch)
         previous, self.state = self.state, state
         if self.on_commit and state.position is not None and state.position != previous.position:

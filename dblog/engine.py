@@ -23,7 +23,7 @@ from dblog.acks import PipelineState
 from dblog.clock import SingleNodeLeadership, SystemClock
 from dblog.delivery import Delivery
 from dblog.dumps import ChunkPlan, Dump, DumpState
-from dblog.errors import DblogError, DumpRequestError, FatalSourceError
+from dblog.errors import DblogError, DumpRequestError, FatalSourceError, LeadershipLost
 from dblog.model import ChangeEvent, Key, LogItem, Op, TableId, TableInfo, Watermark
 from dblog.positions import Position
 from dblog.spi import Clock, LeaderElection, Output, SourceConnector, StateStore
@@ -96,6 +96,7 @@ class Engine:
         self.hooks = hooks or PhaseHooks()
         self.delivery = Delivery(outputs, store, self.clock, epoch=self.election.epoch,
                                  batch_size=self.settings.batch_size)
+        self.delivery.is_leader = self.election.is_leader
         self.store = store
         self.knobs = _Knobs(self.settings.chunk_size, self.settings.chunk_delay_s)
         self.live = dumpops.DumpQueue()
@@ -156,7 +157,7 @@ class Engine:
     # -- the loop -------------------------------------------------------------------------
 
     def run(self) -> PipelineState:
-        """Run until :meth:`stop`; return the committed state."""
+        """Run until :meth:`stop` or the loss of leadership; return the committed state."""
         self.connector.prepare()
         reader = self.connector.log_reader()
         self._chunks = self.connector.chunk_reader()
@@ -164,7 +165,11 @@ class Engine:
         try:
             self._resume(reader)
             self.running.set()
-            self._loop(reader)
+            try:
+                self._loop(reader)
+            except LeadershipLost as exc:  # nothing more may reach outputs or the state
+                log.warning("%s; committed state stays at seq %d", exc, self.delivery.state.seq)
+                return self.delivery.state
             return self.delivery.commit()
         finally:
             self.running.clear()
@@ -196,7 +201,7 @@ class Engine:
             self._apply_commands()
             if not self.election.is_leader():
                 log.warning("leadership lost: stopping emission")
-                return
+                raise LeadershipLost("leadership lost: stopped emitting")
             if self._open is None:
                 self._maybe_start_chunk()
             started = clock.monotonic()

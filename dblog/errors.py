@@ -13,6 +13,7 @@
     │   └── FatalOutputError
     └── StateError             the state store
         └── FencedError        a compare-and-set write lost: a newer leader epoch owns the state
+            └── LeadershipLost the instance lost leadership and stopped emitting
 
 Driver errors are classified once, in each adapter (``connectors/*``, ``outputs/*``), into
 the retryable or fatal branch; the core only looks at :attr:`DblogError.retryable`.
@@ -70,3 +71,7 @@ class StateError(DblogError):
 
 class FencedError(StateError):
     """A state write was rejected because a newer leader epoch owns the state."""
+
+
+class LeadershipLost(FencedError):
+    """This instance is no longer (or may no longer be) the leader: it emits and writes nothing."""

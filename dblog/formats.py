@@ -6,6 +6,8 @@ from typing import Any
 
 from dblog.model import ChangeEvent
 
+_last_position: list[Any] = [None, ""]
+
 
 def native(event: ChangeEvent) -> dict[str, Any]:
     """The native JSON form: every field of the event, ``None`` fields left out."""
@@ -23,8 +25,12 @@ def native(event: ChangeEvent) -> dict[str, Any]:
         out["after"] = event.after
     if event.unchanged:
         out["unchanged"] = event.unchanged
-    if event.position is not None:
-        out["pos"] = str(event.position)
+    position = event.position
+    if position is not None:
+        # the rows of a chunk share one position object: format it once
+        if position is not _last_position[0]:
+            _last_position[:] = [position, str(position)]
+        out["pos"] = _last_position[1]
     if event.txid is not None:
         out["txid"] = event.txid
     if event.commit_ts is not None:

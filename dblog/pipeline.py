@@ -23,6 +23,8 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from dblog.config import PipelineConfig, load_config
@@ -123,21 +125,35 @@ class Pipeline:
 
     # -- dumps and knobs ------------------------------------------------------------------
 
+    def _wait(self, future: Future[str], timeout: float) -> str:
+        """The command's result; raises the pipeline's own error if it stopped meanwhile."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return future.result(0.1)
+            except FutureTimeout:
+                if self._error is not None:
+                    raise self._error from None
+                if time.monotonic() > deadline:
+                    raise
+                if self._thread is not None and not self._thread.is_alive():
+                    raise DblogError("the pipeline is not running") from None
+
     def dump(self, tables: Sequence[str] | None = None, timeout: float = 60.0) -> str:
         """Queue a dump of ``tables`` (None: all captured tables); return its id."""
-        return self.engine.request_dump(tables).result(timeout)
+        return self._wait(self.engine.request_dump(tables), timeout)
 
     def dump_keys(self, table: str, keys: Sequence[Sequence[Any]], timeout: float = 60.0) -> str:
-        return self.engine.request_dump(table=table, keys=keys).result(timeout)
+        return self._wait(self.engine.request_dump(table=table, keys=keys), timeout)
 
     def pause(self, dump_id: str) -> None:
-        self.engine.set_dump_state(dump_id, DumpState.PAUSED).result(60)
+        self._wait(self.engine.set_dump_state(dump_id, DumpState.PAUSED), 60)
 
     def resume(self, dump_id: str) -> None:
-        self.engine.set_dump_state(dump_id, DumpState.QUEUED).result(60)
+        self._wait(self.engine.set_dump_state(dump_id, DumpState.QUEUED), 60)
 
     def cancel(self, dump_id: str) -> None:
-        self.engine.set_dump_state(dump_id, DumpState.CANCELLED).result(60)
+        self._wait(self.engine.set_dump_state(dump_id, DumpState.CANCELLED), 60)
 
     def set(self, chunk_size: int | None = None, chunk_delay_s: float | None = None) -> None:
         self.engine.set_knobs(chunk_size, chunk_delay_s)

@@ -7,6 +7,7 @@ they carry an epoch older than the stored one, so the contract matches the ZooKe
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import threading
@@ -62,7 +63,10 @@ class FileStateStore:
         return StoredState(version=int(doc["version"]), data=doc["data"])
 
     def save(self, data: dict[str, object], expected_version: int | None, epoch: int) -> int:
-        with self._lock:
+        # the thread lock covers this instance, flock other instances and processes
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock, open(self.path.with_name(f".{self.path.name}.lock"), "a") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             current = self._read()
             current_version = None if current is None else int(current["version"])
             current_epoch = -1 if current is None else int(current.get("epoch", 0))
@@ -77,8 +81,7 @@ class FileStateStore:
             return version
 
     def _replace(self, doc: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         with open(tmp, "w", encoding="utf-8") as handle:
             json.dump(doc, handle)
             handle.flush()

@@ -105,9 +105,9 @@ class JsonlOutput:
 
     def write(self, events: Sequence[ChangeEvent]) -> None:
         handle = self._require()
-        dumps = orjson.dumps
+        dumps, newline = orjson.dumps, orjson.OPT_APPEND_NEWLINE
         try:
-            handle.write(b"".join([dumps(native(e)) + b"\n" for e in events]))
+            handle.write(b"".join([dumps(native(e), option=newline) for e in events]))
         except OSError as exc:
             raise FatalOutputError(f"writing {self.config.path} failed: {exc}") from exc
         if events:

@@ -14,7 +14,7 @@ from dblog.spi import Chunk
 
 from . import catalog
 from .errors import classify
-from .types import converter_for, key_param
+from .types import converter_for, key_param, select_expression
 
 
 def _in_progress(snapshot: str) -> frozenset[int]:
@@ -36,14 +36,19 @@ def connect(dsn: str, options: str = "") -> psycopg.Connection:
 
 
 def _row_decoder(info: TableInfo) -> RowDecoder:
+    """Rows come back canonical already (see ``select_expression``): only zip and pick the key."""
     names = [c.name for c in info.columns]
-    converters = [converter_for(c.type_name) for c in info.columns]
     key_index = [names.index(k) for k in info.key_columns]
-    pairs = list(zip(names, converters, strict=True))
+    if len(key_index) == 1:
+        index = key_index[0]
+
+        def decode_one(raw: tuple[Any, ...]) -> tuple[Key, Row]:
+            return (raw[index],), dict(zip(names, raw, strict=True))
+
+        return decode_one
 
     def decode(raw: tuple[Any, ...]) -> tuple[Key, Row]:
-        row = {name: conv(value) for (name, conv), value in zip(pairs, raw, strict=True)}
-        return tuple(row[names[i]] for i in key_index), row
+        return tuple(raw[i] for i in key_index), dict(zip(names, raw, strict=True))
 
     return decode
 
@@ -55,9 +60,10 @@ class _Queries:
         types = {c.name: c.type_name for c in info.columns}
         self.key_types = [types[k] for k in info.key_columns]
         table = sql.Identifier(info.table.schema, info.table.name)
-        # aliases keep ORDER BY on the typed columns, not on their text casts
+        # aliases keep ORDER BY on the typed columns, not on the canonical expressions
         select = sql.SQL(", ").join(
-            sql.SQL("{}::text AS {}").format(sql.Identifier(c.name), sql.Identifier(f"_c{i}"))
+            sql.SQL(select_expression(c.type_name) + " AS {alias}").format(
+                col=sql.Identifier(c.name), alias=sql.Identifier(f"_c{i}"))
             for i, c in enumerate(info.columns))
         keys = sql.SQL(", ").join(sql.Identifier(k) for k in info.key_columns)
         typed = sql.SQL(", ").join(sql.SQL("%s::{}").format(sql.SQL(t)) for t in self.key_types)
@@ -124,10 +130,12 @@ class PostgresChunkReader:
         """One chunk in a fresh transaction started now (after L committed). REPEATABLE READ
         only makes the snapshot query and the SELECT share one snapshot."""
         try:
-            with self.conn.transaction():
+            with self.conn.pipeline(), self.conn.transaction():  # one round trip
                 self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                snapshot = self.conn.execute("SELECT txid_current_snapshot()::text").fetchone()
-                rows = self.conn.execute(query, params).fetchall()
+                snap_cursor = self.conn.execute("SELECT txid_current_snapshot()::text")
+                cursor = self.conn.execute(query, params)
+            snapshot = snap_cursor.fetchone()
+            rows = cursor.fetchall()
         except psycopg.Error as exc:
             raise classify(exc, what) from exc
         decode = q.decode

@@ -104,3 +104,22 @@ def key_param(type_name: str, value: Any) -> Any:
     if base_type(type_name) == "bytea":
         return "\\x" + value
     return str(value) if not isinstance(value, bool) else ("t" if value else "f")
+
+
+def select_expression(type_name: str) -> str:
+    """SQL that makes the server return a column so that psycopg's default loaders yield the
+    canonical value with no Python conversion (``{col}`` is the quoted column)."""
+    name = base_type(type_name)
+    if name in INT_TYPES or name in ("boolean", "bool"):
+        return "{col}"
+    if name in FLOAT_TYPES:
+        return "CASE WHEN {col} IN ('NaN', 'Infinity', '-Infinity') THEN NULL ELSE {col} END"
+    if name == "numeric":
+        return "NULLIF(NULLIF(NULLIF({col}::text, 'NaN'), 'Infinity'), '-Infinity')"
+    if name == "bytea":
+        return "encode({col}, 'hex')"
+    if name in ("text", "character varying", "varchar"):
+        return "{col}::text"
+    # concat() prints through the type's output function, as wal2json does; a cast to text may
+    # differ (char(n) loses its padding, inet gains a netmask)
+    return "CASE WHEN {col} IS NULL THEN NULL ELSE concat({col}) END"

@@ -10,16 +10,16 @@ from dblog.errors import FatalSourceError
 from dblog.model import ChangeEvent, Key, LogItem, Op, Row, TableId, Watermark
 from dblog.positions import Lsn
 
-from .types import converter_for
+from .types import FLOAT_TYPES, Converter, base_type, converter_for
 
 # numeric values arrive unquoted; parse them as strings so no precision is lost
 _decode = json.JSONDecoder(parse_float=str).decode
 
+# The XLogData header already carries each change's LSN, so include-lsn is not needed.
 WAL2JSON_OPTIONS: dict[str, str] = {
     "format-version": "2",
     "include-xids": "1",
     "include-timestamp": "1",
-    "include-lsn": "1",
     "include-types": "1",
     "include-pk": "1",
     "include-transaction": "1",
@@ -28,8 +28,27 @@ WAL2JSON_OPTIONS: dict[str, str] = {
 _ROW_ACTIONS = {"I": Op.INSERT, "U": Op.UPDATE, "D": Op.DELETE}
 
 
-def _row(columns: Sequence[Mapping[str, Any]]) -> Row:
-    return {c["name"]: converter_for(c["type"])(c["value"]) for c in columns}
+def _identity(value: Any) -> Any:
+    return value
+
+
+def log_converter(type_name: str) -> Converter:
+    """The converter for a value as wal2json's JSON gives it: integers, booleans and strings
+    arrive in canonical form already; numerics and floats (parsed as strings) do not."""
+    name = base_type(type_name)
+    if name in FLOAT_TYPES or name == "numeric":
+        return converter_for(type_name)
+    return _identity
+
+
+class _TableMeta:
+    __slots__ = ("key_columns", "ncolumns", "table", "watermark")
+
+    def __init__(self, table: TableId, watermark: bool, key_columns: tuple[str, ...]) -> None:
+        self.table = table
+        self.watermark = watermark
+        self.key_columns = key_columns
+        self.ncolumns = -1
 
 
 class Wal2JsonDecoder:
@@ -52,13 +71,25 @@ class Wal2JsonDecoder:
         self.watermark_table = watermark_table
         self.columns_of = columns_of
         self.key_columns = dict(key_columns or {})
-        self._tables: dict[tuple[str, str], TableId] = {}
+        self._tables: dict[tuple[str, str], _TableMeta] = {}
+        self._converters: dict[str, Converter] = {}
+
+    def _row(self, columns: Sequence[Mapping[str, Any]]) -> Row:
+        converters = self._converters
+        row: Row = {}
+        for column in columns:
+            convert = converters.get(column["type"])
+            if convert is None:
+                convert = converters[column["type"]] = log_converter(column["type"])
+            value = column["value"]
+            row[column["name"]] = value if convert is _identity or value is None else convert(value)
+        return row
 
     def decode(self, payload: bytes | memoryview, header_lsn: int) -> LogItem | None:
         msg = _decode(bytes(payload).decode("utf-8"))
         action = msg["action"]
         if action in _ROW_ACTIONS:
-            return self._row_event(msg, _ROW_ACTIONS[action])
+            return self._row_event(msg, _ROW_ACTIONS[action], header_lsn)
         if action == "B":
             return ChangeEvent(Op.BEGIN, None, txid=msg.get("xid"), commit_ts=msg.get("timestamp"),
                                position=Lsn(header_lsn))
@@ -67,29 +98,31 @@ class Wal2JsonDecoder:
             return ChangeEvent(Op.COMMIT, None, txid=msg.get("xid"),
                                commit_ts=msg.get("timestamp"), position=Lsn(header_lsn))
         if action == "T":
-            return ChangeEvent(Op.TRUNCATE, self._table(msg), txid=msg.get("xid"),
-                               commit_ts=msg.get("timestamp"), position=_lsn(msg, header_lsn))
+            return ChangeEvent(Op.TRUNCATE, self._meta(msg).table, txid=msg.get("xid"),
+                               commit_ts=msg.get("timestamp"), position=Lsn(header_lsn))
         if action == "M":
             return None
         raise FatalSourceError(f"unexpected wal2json action {action!r}")
 
-    def _table(self, msg: Mapping[str, Any]) -> TableId:
+    def _meta(self, msg: Mapping[str, Any]) -> _TableMeta:
         name = (msg["schema"], msg["table"])
-        table = self._tables.get(name)
-        if table is None:
-            table = self._tables[name] = TableId(*name)
-        return table
+        meta = self._tables.get(name)
+        if meta is None:
+            table = TableId(*name)
+            keys = self.key_columns.get(table) or tuple(c["name"] for c in msg.get("pk", ()))
+            meta = self._tables[name] = _TableMeta(table, table == self.watermark_table, keys)
+        return meta
 
-    def _row_event(self, msg: Mapping[str, Any], op: Op) -> LogItem | None:
-        table = self._table(msg)
-        after = _row(msg["columns"]) if "columns" in msg else None
-        identity = _row(msg["identity"]) if "identity" in msg else None
-        if table == self.watermark_table:
-            return self._watermark(after, header=msg, op=op)
-        key_cols = self._key_columns(table, msg)
+    def _row_event(self, msg: Mapping[str, Any], op: Op, header_lsn: int) -> LogItem | None:
+        meta = self._meta(msg)
+        after = self._row(msg["columns"]) if "columns" in msg else None
+        identity = self._row(msg["identity"]) if "identity" in msg else None
+        if meta.watermark:
+            return self._watermark(after, header_lsn, op)
+        table, key_cols = meta.table, meta.key_columns
         unchanged: tuple[str, ...] = ()
-        if op is Op.UPDATE and after is not None:
-            unchanged = self._complete_toast(table, after, identity)
+        if op is Op.UPDATE and after is not None and len(after) != meta.ncolumns:
+            unchanged = self._complete_toast(meta, after, identity)
         image = identity if op is Op.DELETE else after
         key = _key(image, key_cols)
         old_key = None
@@ -99,27 +132,25 @@ class Wal2JsonDecoder:
         before = identity if op is not Op.INSERT else None
         return ChangeEvent(op, table, key, before=before,
                            after=after if op is not Op.DELETE else None,
-                           position=_lsn(msg, 0), txid=msg.get("xid"),
+                           position=Lsn(header_lsn), txid=msg.get("xid"),
                            commit_ts=msg.get("timestamp"), old_key=old_key, unchanged=unchanged)
 
-    def _watermark(self, after: Row | None, header: Mapping[str, Any], op: Op) -> Watermark | None:
+    def _watermark(self, after: Row | None, header_lsn: int, op: Op) -> Watermark | None:
         if op is Op.DELETE or after is None or after.get("name") != self.instance:
             return None
-        return Watermark(str(after.get("value")), _lsn(header, 0))
+        return Watermark(str(after.get("value")), Lsn(header_lsn))
 
-    def _key_columns(self, table: TableId, msg: Mapping[str, Any]) -> tuple[str, ...]:
-        override = self.key_columns.get(table)
-        if override:
-            return override
-        return tuple(c["name"] for c in msg.get("pk", ()))
-
-    def _complete_toast(self, table: TableId, after: Row, identity: Row | None) -> tuple[str, ...]:
-        columns = self.columns_of(table, False)
+    def _complete_toast(self, meta: _TableMeta, after: Row,
+                        identity: Row | None) -> tuple[str, ...]:
+        columns = self.columns_of(meta.table, False)
         if len(after) >= len(columns):
+            meta.ncolumns = len(after)
             return ()
         missing = [c for c in columns if c not in after]
         if missing:  # the table may have lost a column since we cached it
-            missing = [c for c in self.columns_of(table, True) if c not in after]
+            columns = self.columns_of(meta.table, True)
+            missing = [c for c in columns if c not in after]
+        meta.ncolumns = len(columns)
         still: list[str] = []
         for column in missing:
             if identity is not None and column in identity:
@@ -137,7 +168,3 @@ def _key(image: Row | None, key_cols: Sequence[str]) -> Key | None:
     except KeyError:
         return None
 
-
-def _lsn(msg: Mapping[str, Any], fallback: int) -> Lsn:
-    text = msg.get("lsn")
-    return Lsn.parse(text) if text else Lsn(fallback)

@@ -13,10 +13,10 @@ from typing import Any
 
 import orjson
 import pytest
-from dblog.outputs.jsonl import JsonlOutput
 
 from dblog.formats import native
 from dblog.model import ChangeEvent, Op, TableId
+from dblog.outputs.jsonl import JsonlOutput
 from dblog.positions import Lsn
 from dblog.spi import Output
 from dblog.testing import ListOutput

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -213,3 +215,49 @@ def test_file_store_reports_a_corrupt_state_file_clearly(tmp_path: Path) -> None
     path.write_text('{"version": 1, "da', encoding="utf-8")
     with pytest.raises(StateError, match="not valid JSON"):
         FileStateStore(path).load()
+
+
+def test_file_store_compare_and_set_holds_between_two_store_instances(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two writers (e.g. a deposed leader's engine and its successor's, or two processes) that
+    both read version v must not both succeed in writing v + 1: one of them is fenced."""
+    path = tmp_path / "s.json"
+    v0 = FileStateStore(path).save({"writer": None}, None, 1)
+    first, second = FileStateStore(path), FileStateStore(path)
+    both_read = threading.Barrier(2, timeout=2.0)
+    real_read = FileStateStore._read
+
+    def read_then_wait(self: FileStateStore) -> dict[str, Any] | None:
+        doc = real_read(self)
+        if threading.current_thread().name.startswith("writer-"):
+            # both writers read the same version; if the other one is blocked by a lock the
+            # barrier breaks and this one goes on alone, which is fine
+            with contextlib.suppress(threading.BrokenBarrierError):
+                both_read.wait()
+        return doc
+
+    monkeypatch.setattr(FileStateStore, "_read", read_then_wait)
+    outcomes: dict[str, str] = {}
+
+    def write(store: FileStateStore, name: str) -> None:
+        try:
+            store.save({"writer": name}, v0, 1)
+            outcomes[name] = "saved"
+        except FencedError:
+            outcomes[name] = "fenced"
+        except Exception as exc:  # reported by the assertion below
+            outcomes[name] = f"error: {exc!r}"
+
+    threads = [threading.Thread(target=write, args=(s, n), name=f"writer-{n}")
+               for s, n in ((first, "a"), (second, "b"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    monkeypatch.undo()
+    assert sorted(outcomes.values()) == ["fenced", "saved"], outcomes
+    stored = FileStateStore(path).load()
+    assert stored is not None and stored.version == v0 + 1
+    winner = next(n for n, o in outcomes.items() if o == "saved")
+    assert stored.data == {"writer": winner}

@@ -45,6 +45,7 @@ state:
   path: "{state}"
 engine:
   chunk_size: 50
+  chunk_delay_s: 0.04   # keeps the dump running across the kills
   flush_interval_s: 0.1
   heartbeat_interval_s: 1
 initial_dumps:

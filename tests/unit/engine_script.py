@@ -17,7 +17,7 @@ from typing import Any
 from dblog.engine import Engine, EngineSettings, PhaseHooks
 from dblog.model import ChangeEvent, LogItem, Op, TableId, Watermark
 from dblog.positions import Position
-from dblog.spi import Output, StateStore
+from dblog.spi import LeaderElection, Output, StateStore
 from dblog.testing import (
     FakeClock,
     MemoryChunkReader,
@@ -54,7 +54,10 @@ class ScriptedReader:
 
     def poll(self, timeout: float) -> list[LogItem]:
         self.run.before_poll()
-        return self.inner.poll(timeout)
+        items = self.inner.poll(timeout)
+        if self.run.transform is not None:
+            items = [out for item in items if (out := self.run.transform(item)) is not None]
+        return items
 
     def acknowledge(self, position: Position) -> None:
         self.run.acknowledged.append(position)
@@ -91,6 +94,7 @@ class ScriptedConnector:
 
 
 PollHook = Callable[["Run"], bool | None]
+Transform = Callable[[LogItem], LogItem | None]
 
 
 @dataclass
@@ -104,6 +108,9 @@ class Run:
     settings: EngineSettings = field(default_factory=fast_settings)
     on_poll: PollHook | None = None
     hooks: PhaseHooks | None = None
+    transform: Transform | None = None
+    """Rewrites (or drops, returning None) each log item the reader hands to the engine."""
+    election: LeaderElection | None = None
     stop_when_idle: bool = True
     max_polls: int = 20_000
     tick: float = 0.01
@@ -115,7 +122,7 @@ class Run:
     def __post_init__(self) -> None:
         self.connector = ScriptedConnector(self.db, self, self.max_batch)
         self.engine = Engine(self.connector, self.outputs, self.store, self.settings,
-                             clock=self.clock, hooks=self.hooks)
+                             clock=self.clock, hooks=self.hooks, election=self.election)
 
     @property
     def reader(self) -> ScriptedReader:
@@ -157,14 +164,15 @@ def assert_replay_equals_source(events: Sequence[ChangeEvent], db: MemoryDatabas
     assert got == want, f"replay differs: missing {missing}, extra {extra}, wrong {wrong}"
 
 
-def log_positions_expected(db: MemoryDatabase) -> list[Position]:
+def log_positions_expected(db: MemoryDatabase, upto: int | None = None) -> list[Position]:
     """Positions of the log entries an engine must forward: every row/table event, and the
     BEGIN/COMMIT of transactions that contain one (watermark transactions never reach outputs).
+    ``upto``: only the first ``upto`` log entries (complete transactions among them).
     """
     out: list[Position] = []
     pending: list[ChangeEvent] = []
     has_events = False
-    for item in db.log:
+    for item in db.log[:upto]:
         if isinstance(item, Watermark):
             continue
         if item.op is Op.BEGIN:

@@ -6,6 +6,7 @@ Most tests drive ``Engine.run`` deterministically from the test thread (see engi
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 import time
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
+import orjson
 import pytest
 from engine_script import (
     Run,
@@ -23,14 +25,22 @@ from engine_script import (
     assert_replay_equals_source,
     assert_seq_contiguous,
     fast_settings,
+    log_positions_expected,
+    source_rows,
 )
 
 from dblog.dumps import ChunkPlan, Dump, DumpState
 from dblog.engine import Engine, EngineSettings, PhaseHooks
-from dblog.errors import DumpRequestError, FatalOutputError, RetryableOutputError
+from dblog.errors import (
+    DumpRequestError,
+    FatalOutputError,
+    FatalSourceError,
+    RetryableOutputError,
+)
 from dblog.model import ChangeEvent, Op, TableId, Watermark
+from dblog.outputs.jsonl import JsonlOutput
 from dblog.positions import Lsn
-from dblog.state import state_from_json
+from dblog.state import FileStateStore, state_from_json
 from dblog.testing import (
     ListOutput,
     MemoryConnector,
@@ -687,3 +697,275 @@ def test_engine_in_a_thread_with_concurrent_writers() -> None:
     assert_replay_equals_source(out.events, db)
     assert_log_order(out.events, db)
     assert_seq_contiguous(out.events)
+
+
+def test_partial_update_inside_a_window_reads_the_key_again() -> None:
+    """An update without its unchanged TOAST column cannot stand in for the chunk row it
+    evicts: the key is read again (internal key-list dump) so the full row reaches outputs."""
+    db = MemoryDatabase()
+    t = db.create_table("public.doc", ["id", "v", "blob"], ["id"])
+    for k in range(10):
+        db.tables[t].rows[(k,)] = {"id": k, "v": 0, "blob": f"big-{k}"}
+    out, store = ListOutput(), MemoryStateStore()
+    book = VersionBook()
+
+    def toast(item: Any) -> Any:
+        if (isinstance(item, ChangeEvent) and item.op is Op.UPDATE and item.before
+                and item.after and item.before.get("blob") == item.after.get("blob")):
+            item.after = {c: v for c, v in item.after.items() if c != "blob"}
+            item.unchanged = ("blob",)
+        return item
+
+    calls = Counter[str]()
+
+    def before_high(plan: ChunkPlan) -> None:
+        calls["high"] += 1
+        if calls["high"] == 1:
+            n = book.next()
+            book.transaction(db, [("update", t, {"id": 3, "v": n, "blob": "big-3"})], n)
+
+    run = Run(db, [out], store, settings=fast_settings(5), transform=toast,
+              hooks=PhaseHooks(before_high=before_high))
+    future = run.engine.request_dump([t])
+    run.go()
+    partial = [e for e in out.events if e.op is Op.UPDATE]
+    assert len(partial) == 1 and partial[0].unchanged == ("blob",)
+    assert "blob" not in partial[0].after  # type: ignore[operator]
+    read3 = [e for e in out.events if e.op is Op.READ and e.key == (3,)]
+    assert len(read3) == 1
+    assert read3[0].after == {"id": 3, "v": 1, "blob": "big-3"}
+    assert out.events.index(read3[0]) > out.events.index(partial[0])
+    assert sorted(reads(out.events)) == list(range(10))
+    assert_replay_equals_source(out.events, db)
+    assert_no_time_travel(out.events, book)
+    # the refetch is an internal dump: committed and done, but not shown to operators
+    state = committed(store)
+    internal = [d for d in state.dumps.dumps if d.internal]
+    assert len(internal) == 1 and internal[0].keys == ((3,),)
+    assert internal[0].state is DumpState.DONE
+    assert [d["id"] for d in run.engine.status()["dumps"]] == [future.result(0)]
+
+
+def test_composite_keys_are_dumped_in_key_order() -> None:
+    db = MemoryDatabase()
+    t = db.create_table("public.pair", ["a", "b", "v"], ["a", "b"])
+    for a in range(4):
+        for b in ("x", "y", "z"):
+            db.tables[t].rows[(a, b)] = {"a": a, "b": b, "v": 0}
+    out = ListOutput()
+    run = Run(db, [out], MemoryStateStore(), settings=fast_settings(5))
+    run.engine.request_dump([t])
+    keys_future = run.engine.request_dump(table=t, keys=[[1, "y"], [3, "z"], [9, "q"]])
+    run.go()
+    read_keys = [e.key for e in out.events if e.op is Op.READ]
+    assert read_keys[:12] == sorted(db.tables[t].rows)
+    assert read_keys[12:] == [(1, "y"), (3, "z")]
+    assert keys_future.result(0)
+    assert low_watermarks(db) == 3 + 1  # 12 rows in chunks of 5, and one key-list chunk
+    assert_replay_equals_source(out.events, db)
+
+
+def test_chunk_delay_spaces_the_windows_and_can_be_changed_while_running() -> None:
+    db, t = make_db(40)
+    out = ListOutput()
+    opened: list[float] = []
+
+    def on_poll(run: Run) -> None:
+        while low_watermarks(db) > len(opened):
+            opened.append(run.clock.now)
+        if len(opened) == 3:
+            run.engine.set_knobs(chunk_delay_s=0.0)
+
+    run = Run(db, [out], MemoryStateStore(), settings=fast_settings(5, chunk_delay_s=0.5),
+              on_poll=on_poll)
+    run.engine.request_dump([t])
+    run.go()
+    assert len(opened) == 8
+    gaps = [b - a for a, b in itertools.pairwise(opened)]
+    assert all(g >= 0.5 - 1e-9 for g in gaps[:2]), gaps
+    assert all(g < 0.1 for g in gaps[3:]), gaps
+    assert reads(out.events) == list(range(40))
+
+
+def test_log_keeps_flowing_during_a_large_dump() -> None:
+    """I4: between two polls the engine runs at most one chunk; every log event read is
+    forwarded in the same loop turn. I5: a window never holds more than one chunk."""
+    db, t = make_db(300)
+    out = ListOutput()
+    book = VersionBook()
+    marks: list[int] = []
+    windows: list[int] = []
+
+    def on_poll(run: Run) -> None:
+        windows.append(low_watermarks(db))
+        if len(windows) >= 2:
+            assert windows[-1] - windows[-2] <= 1, "more than one chunk between two polls"
+        if len(marks) >= 1:
+            forwarded = {e.position for e in out.events if e.op is not Op.READ}
+            missing = [p for p in log_positions_expected(db, marks[-1]) if p not in forwarded]
+            assert not missing, f"log events held back during the dump: {missing[:5]}"
+        if run.polls <= 120:
+            n = book.next()
+            book.transaction(db, [("upsert", t, {"id": (run.polls * 37) % 350, "v": n})], n)
+        marks.append(len(db.log))
+        open_chunk = run.engine._open
+        if open_chunk is not None:
+            assert len(open_chunk.window.rows) <= 10
+
+    run = Run(db, [out], MemoryStateStore(), settings=fast_settings(10, batch_size=1),
+              on_poll=on_poll)
+    run.engine.request_dump([t])
+    run.go()
+    assert windows[-1] >= 30
+    assert_replay_equals_source(out.events, db)
+    assert_log_order(out.events, db)
+    assert_no_time_travel(out.events, book)
+
+
+def test_restarts_with_the_jsonl_output_and_the_file_state_store(tmp_path: Any) -> None:
+    db, t = make_db(60)
+    book, rng = VersionBook(), random.Random(5)
+    path = tmp_path / "changes.jsonl"
+    store = FileStateStore(tmp_path / "state.json")
+
+    def writer(stop_at: int | None) -> Any:
+        def on_poll(run: Run) -> bool:
+            if len(book.by_txid) < 90:
+                n = book.next()
+                k = rng.randrange(70)
+                book.transaction(db, [(rng.choice(["upsert", "delete", "upsert"]), t,
+                                       {"id": k, "v": n})], n)
+            return stop_at is not None and run.polls >= stop_at
+        return on_poll
+
+    for stop_at in (12, 20, None):
+        output = JsonlOutput({"path": str(path)})
+        run = Run(db, [output], store, settings=fast_settings(5), on_poll=writer(stop_at),
+                  stop_when_idle=stop_at is None)
+        if stop_at == 12:
+            run.engine.request_dump([t])
+        run.go()
+    lines = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    assert [line["seq"] for line in lines] == list(range(1, len(lines) + 1))
+    assert replay(lines) == source_rows(db)
+    stored = store.load()
+    assert stored is not None and stored.data["seq"] == len(lines)
+
+
+def test_heartbeats_move_the_committed_position_on_an_idle_database() -> None:
+    db, t = make_db(0)
+    book = VersionBook()
+    for i in range(3):
+        n = book.next()
+        book.transaction(db, [("upsert", t, {"id": i, "v": n})], n)
+    last_data = db.log[-1].position
+    out, store = ListOutput(), MemoryStateStore()
+    run = Run(db, [out], store, settings=fast_settings(5, heartbeat_interval_s=0.1),
+              on_poll=lambda r: r.polls >= 100, stop_when_idle=False)
+    run.go()
+    beats = [i for i in db.log if isinstance(i, Watermark) and i.value.startswith("hb-")]
+    assert len(beats) >= 8
+    assert_log_order(out.events, db)  # heartbeat transactions never reach outputs
+    assert len(out.events) == 9
+    state = committed(store)
+    assert state.position > last_data
+    assert state.position >= beats[-2].position
+    assert run.acknowledged[-1] == state.position
+
+
+def test_a_missing_high_watermark_fails_after_the_idle_timeout() -> None:
+    db, t = make_db(10)
+
+    def lose_high(item: Any) -> Any:
+        return None if isinstance(item, Watermark) and item.value.startswith("H-") else item
+
+    run = Run(db, [ListOutput()], MemoryStateStore(),
+              settings=fast_settings(5, window_timeout_s=1.0), transform=lose_high,
+              stop_when_idle=False, max_polls=1000)
+    run.engine.request_dump([t])
+    with pytest.raises(FatalSourceError, match="high watermark"):
+        run.go()
+    assert 90 <= run.polls <= 150
+
+
+def test_a_busy_log_backlog_is_not_a_window_timeout() -> None:
+    """H arrives after a long backlog: the window waits longer than the timeout, but the log
+    is never idle, so the dump completes."""
+    db, t = make_db(10)
+    db.transaction([("upsert", t, {"id": 100 + i, "v": 1}) for i in range(5)])
+    for i in range(400):
+        db.transaction([("upsert", t, {"id": 200 + i % 50, "v": i + 2})])
+    out = ListOutput()
+    run = Run(db, [out], MemoryStateStore(), settings=fast_settings(50, window_timeout_s=0.5),
+              max_batch=2, max_polls=5000)
+    run.engine.request_dump([t])
+    run.go()
+    assert run.clock.now > 5.0  # the first window stayed open for seconds of busy log
+    assert sorted(reads(out.events)) == [*range(10), *range(100, 105), *range(200, 250)]
+    assert_replay_equals_source(out.events, db)
+
+
+class FlippingElection:
+    """Leader until told otherwise; records when the engine first learned it was not."""
+
+    def __init__(self, epoch: int = 1) -> None:
+        self._epoch = epoch
+        self.leader = True
+        self.told_not_leader = False
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def is_leader(self) -> bool:
+        if not self.leader:
+            self.told_not_leader = True
+        return self.leader
+
+
+class RecordingOutput(ListOutput):
+    def __init__(self, election: FlippingElection) -> None:
+        super().__init__("recording")
+        self.election = election
+        self.writes_after_loss = 0
+
+    def write(self, events: Sequence[ChangeEvent]) -> None:
+        if self.election.told_not_leader:
+            self.writes_after_loss += len(events)
+        super().write(events)
+
+
+class RecordingStore(MemoryStateStore):
+    def __init__(self, election: FlippingElection) -> None:
+        super().__init__()
+        self.election = election
+        self.saves_after_loss = 0
+
+    def save(self, data: dict[str, object], expected_version: int | None, epoch: int) -> int:
+        if self.election.told_not_leader:
+            self.saves_after_loss += 1
+        return super().save(data, expected_version, epoch)
+
+
+def test_losing_leadership_stops_emission_at_once() -> None:
+    """SPEC 5: when leadership is in doubt the engine stops emitting at once: nothing more
+    reaches outputs or the state store (a successor may already be writing to them)."""
+    db, t = make_db(40)
+    election = FlippingElection()
+    out, store = RecordingOutput(election), RecordingStore(election)
+    book = VersionBook()
+
+    def on_poll(run: Run) -> None:
+        n = book.next()
+        book.transaction(db, [("upsert", t, {"id": 100 + run.polls, "v": n})], n)
+        if run.polls == 8:
+            election.leader = False
+
+    run = Run(db, [out], store, election=election, stop_when_idle=False, on_poll=on_poll,
+              settings=fast_settings(5, batch_size=1000, flush_interval_s=1.0))
+    run.engine.request_dump([t])
+    run.go()
+    assert election.told_not_leader
+    assert run.polls == 8
+    assert out.writes_after_loss == 0, "events were written after leadership was lost"
+    assert store.saves_after_loss == 0, "state was saved after leadership was lost"
