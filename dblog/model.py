@@ -6,13 +6,41 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+import orjson
+
 from dblog.positions import Position
 
 Key = tuple[Any, ...]
 """A primary key in canonical form: one normalised value per key column, in key order."""
 
 Row = dict[str, Any]
-"""A row image: column name to canonical value (see docs/types.md)."""
+"""A row image: column name to canonical value (see docs/formats.md)."""
+
+
+class EncodedRow:
+    """A row image the source already encoded as one JSON object with canonical values (the
+    dump fast path). Outputs embed ``json`` as is; :meth:`decode` gives the :data:`Row`."""
+
+    __slots__ = ("json",)
+
+    def __init__(self, json: str) -> None:
+        self.json = json
+
+    def decode(self) -> Row:
+        row: Row = orjson.loads(self.json)
+        return row
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, EncodedRow) and self.decode() == other.decode()
+
+    def __hash__(self) -> int:
+        return hash(self.json)
+
+    def __repr__(self) -> str:
+        return f"EncodedRow({self.json!r})"
+
+
+RowImage = Row | EncodedRow
 
 
 class Op(str, Enum):
@@ -60,7 +88,7 @@ class ChangeEvent:
     table: TableId | None
     key: Key | None = None
     before: Row | None = None
-    after: Row | None = None
+    after: RowImage | None = None
     position: Position | None = None
     txid: int | None = None
     commit_ts: str | None = None

@@ -159,6 +159,9 @@ class Pipeline:
         self.engine.set_knobs(chunk_size, chunk_delay_s)
 
     def status(self) -> dict[str, Any]:
+        """The engine's status; raises the error that stopped the pipeline, if one did."""
+        if self._error is not None:
+            raise self._error
         return self.engine.status()
 
     def dump_status(self, dump_id: str) -> dict[str, Any] | None:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from dblog.model import ChangeEvent, Key, LogItem, Row, TableId, TableInfo
+from dblog.model import ChangeEvent, Key, LogItem, RowImage, TableId, TableInfo
 from dblog.positions import Position
 
 
@@ -23,7 +23,7 @@ class Chunk:
     transaction becomes visible); its events must evict chunk rows like events inside the window.
     """
 
-    rows: list[tuple[Key, Row]]
+    rows: Sequence[tuple[Key, RowImage]]
     pending_txids: frozenset[int] = frozenset()
 
 

@@ -304,4 +304,4 @@ def replay(events: Iterable[dict[str, Any] | ChangeEvent],
 def _as_native(event: ChangeEvent) -> dict[str, Any]:
     from dblog.formats import native
 
-    return native(event)
+    return native(event, decoded=True)

@@ -23,10 +23,10 @@ a later window.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from dblog.model import ROW_OPS, TABLE_OPS, ChangeEvent, Key, Row, TableId
+from dblog.model import ROW_OPS, TABLE_OPS, ChangeEvent, Key, RowImage, TableId
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +34,7 @@ class ChunkWindow:
     table: TableId
     low: str
     high: str
-    rows: Mapping[Key, Row]
+    rows: Mapping[Key, RowImage]
     last_key: Key | None
     low_seen: bool = False
     discarded: bool = False
@@ -44,7 +44,7 @@ class ChunkWindow:
 
 
 def open_window(
-    table: TableId, low: str, high: str, rows: list[tuple[Key, Row]],
+    table: TableId, low: str, high: str, rows: Sequence[tuple[Key, RowImage]],
     pending_txids: frozenset[int] = frozenset(),
 ) -> ChunkWindow:
     """A window over the rows a chunk SELECT returned (in key order). ``pending_txids`` are
@@ -85,6 +85,6 @@ def on_change(window: ChunkWindow, event: ChangeEvent) -> ChunkWindow:
     return replace(window, rows=rows, dropped=window.dropped + len(touched), refetch=refetch)
 
 
-def surviving_rows(window: ChunkWindow) -> list[tuple[Key, Row]]:
+def surviving_rows(window: ChunkWindow) -> list[tuple[Key, RowImage]]:
     """The rows to emit as ``read`` events when H is seen, in key order."""
     return list(window.rows.items())

@@ -25,7 +25,7 @@ from dblog import EngineSettings, Pipeline
 from dblog.connectors.postgres import PostgresConnector
 from dblog.connectors.postgres.chunks import PostgresChunkReader
 from dblog.harness.postgres import start_postgres
-from dblog.model import TableId
+from dblog.model import EncodedRow, TableId
 from dblog.outputs.jsonl import JsonlOutput
 from dblog.positions import Lsn
 from dblog.testing import replay
@@ -63,7 +63,8 @@ def source_rows(dsn: str) -> dict[object, dict[str, object]]:
     info = reader.table_info(TableId("public", "orders"))
     rows = reader.read_chunk(info, None, None, 10**9).rows
     reader.close()
-    return {(("public", "orders"), key): row for key, row in rows}
+    return {(("public", "orders"), key): row.decode() if isinstance(row, EncodedRow) else row
+            for key, row in rows}
 
 
 def main() -> int:

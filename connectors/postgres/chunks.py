@@ -9,12 +9,12 @@ import psycopg
 from psycopg import sql
 
 from dblog.errors import DumpRequestError, FatalSourceError
-from dblog.model import Key, Row, TableId, TableInfo
+from dblog.model import EncodedRow, Key, Row, TableId, TableInfo
 from dblog.spi import Chunk
 
 from . import catalog
 from .errors import classify
-from .types import converter_for, key_param, select_expression
+from .types import INT_TYPES, base_type, converter_for, key_param, select_expression
 
 
 def _in_progress(snapshot: str) -> frozenset[int]:
@@ -23,7 +23,8 @@ def _in_progress(snapshot: str) -> frozenset[int]:
     return frozenset(int(x) & 0xFFFFFFFF for x in xip.split(",") if x)
 
 
-RowDecoder = Callable[[tuple[Any, ...]], tuple[Key, Row]]
+RowDecoder = Callable[[tuple[Any, ...]], tuple[Key, Row | EncodedRow]]
+ORDER_PRESERVING = INT_TYPES | {"text", "character varying", "varchar"}
 
 
 def connect(dsn: str, options: str = "") -> psycopg.Connection:
@@ -42,51 +43,79 @@ def _row_decoder(info: TableInfo) -> RowDecoder:
     if len(key_index) == 1:
         index = key_index[0]
 
-        def decode_one(raw: tuple[Any, ...]) -> tuple[Key, Row]:
+        def decode_one(raw: tuple[Any, ...]) -> tuple[Key, Row | EncodedRow]:
             return (raw[index],), dict(zip(names, raw, strict=True))
 
         return decode_one
 
-    def decode(raw: tuple[Any, ...]) -> tuple[Key, Row]:
+    def decode(raw: tuple[Any, ...]) -> tuple[Key, Row | EncodedRow]:
         return tuple(raw[i] for i in key_index), dict(zip(names, raw, strict=True))
 
     return decode
 
 
 class _Queries:
-    """The SQL of one table, composed once with quoted identifiers."""
+    """The SQL of one table, composed once with quoted identifiers.
+
+    When every key column's canonical expression sorts like the column (integers, text), the
+    server also encodes each row as JSON (``row_to_json``), so a dump row costs Python almost
+    nothing; other keys take the plain path (a tuple per row, zipped into a dict).
+    """
 
     def __init__(self, info: TableInfo) -> None:
         types = {c.name: c.type_name for c in info.columns}
         self.key_types = [types[k] for k in info.key_columns]
-        table = sql.Identifier(info.table.schema, info.table.name)
-        # aliases keep ORDER BY on the typed columns, not on the canonical expressions
-        select = sql.SQL(", ").join(
+        self.encoded = all(base_type(t) in ORDER_PRESERVING for t in self.key_types)
+        self.table = sql.Identifier(info.table.schema, info.table.name)
+        # plain path: aliases keep ORDER BY on the typed columns, not on the expressions
+        alias = (lambda i, c: f"_c{i}") if not self.encoded else (lambda i, c: c)
+        self.select = sql.SQL(", ").join(
+            sql.SQL(select_expression(c.type_name) + " AS {alias}").format(
+                col=sql.Identifier(c.name), alias=sql.Identifier(alias(i, c.name)))
+            for i, c in enumerate(info.columns))
+        self.keys = sql.SQL(", ").join(sql.Identifier(k) for k in info.key_columns)
+        self.outer_keys = sql.SQL(", ").join(sql.Identifier("x", k) for k in info.key_columns)
+        typed = sql.SQL(", ").join(sql.SQL("%s::{}").format(sql.SQL(t)) for t in self.key_types)
+        above = sql.SQL("({}) > ({})").format(self.keys, typed)
+        upto = sql.SQL("({}) <= ({})").format(self.keys, typed)
+        self.first = self.compose(None, limit=True)
+        self.after = self.compose(above, limit=True)
+        self.first_upto = self.compose(upto, limit=True)
+        self.after_upto = self.compose(above + sql.SQL(" AND ") + upto, limit=True)
+        desc = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k))
+                                  for k in info.key_columns)
+        plain_select = sql.SQL(", ").join(
             sql.SQL(select_expression(c.type_name) + " AS {alias}").format(
                 col=sql.Identifier(c.name), alias=sql.Identifier(f"_c{i}"))
             for i, c in enumerate(info.columns))
-        keys = sql.SQL(", ").join(sql.Identifier(k) for k in info.key_columns)
-        typed = sql.SQL(", ").join(sql.SQL("%s::{}").format(sql.SQL(t)) for t in self.key_types)
-        head = sql.SQL("SELECT {} FROM {}").format(select, table)
-        order = sql.SQL(" ORDER BY {}").format(keys)
-        desc = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k))
-                                  for k in info.key_columns)
-        bound = sql.SQL("({}) {} ({})")
-        self.first = head + order + sql.SQL(" LIMIT %s")
-        self.after = head + sql.SQL(" WHERE ") + bound.format(keys, sql.SQL(">"), typed) + order \
-            + sql.SQL(" LIMIT %s")
-        upto = sql.SQL(" AND ") + bound.format(keys, sql.SQL("<="), typed)
-        self.first_upto = head + sql.SQL(" WHERE ") + bound.format(keys, sql.SQL("<="), typed) \
-            + order + sql.SQL(" LIMIT %s")
-        self.after_upto = head + sql.SQL(" WHERE ") + bound.format(keys, sql.SQL(">"), typed) \
-            + upto + order + sql.SQL(" LIMIT %s")
-        self.max_key = head + sql.SQL(" ORDER BY ") + desc + sql.SQL(" LIMIT 1")
-        self.keys_in = head + sql.SQL(" WHERE ({}) IN (").format(keys)
+        self.max_key = sql.SQL("SELECT {} FROM {} ORDER BY {} LIMIT 1").format(
+            plain_select, self.table, desc)
         self.one_key = sql.SQL("({})").format(typed)
-        self.decode = _row_decoder(info)
+        self.decode_plain = _row_decoder(info)
+        self.decode = _encoded_decoder(len(info.key_columns)) if self.encoded \
+            else self.decode_plain
+
+    def compose(self, where: sql.Composable | None, limit: bool) -> sql.Composed:
+        inner = sql.SQL("SELECT {} FROM {}").format(self.select, self.table)
+        if where is not None:
+            inner += sql.SQL(" WHERE ") + where
+        inner += sql.SQL(" ORDER BY {}").format(self.keys)
+        if limit:
+            inner += sql.SQL(" LIMIT %s")
+        if not self.encoded:
+            return inner
+        return sql.SQL("SELECT {}, row_to_json(x)::text FROM ({}) x ORDER BY {}").format(
+            self.outer_keys, inner, self.outer_keys)
 
     def params(self, key: Key) -> list[Any]:
         return [key_param(t, v) for t, v in zip(self.key_types, key, strict=True)]
+
+
+def _encoded_decoder(nkeys: int) -> RowDecoder:
+    def decode(raw: tuple[Any, ...]) -> tuple[Key, Row | EncodedRow]:
+        return raw[:nkeys], EncodedRow(raw[nkeys])
+
+    return decode
 
 
 class PostgresChunkReader:
@@ -144,7 +173,7 @@ class PostgresChunkReader:
     def max_key(self, info: TableInfo) -> Key | None:
         q = self._q(info)
         rows = self._fetch(q.max_key, (), f"reading the maximum key of {info.table}")
-        return q.decode(rows[0])[0] if rows else None
+        return q.decode_plain(rows[0])[0] if rows else None
 
     def read_chunk(self, info: TableInfo, after: Key | None, upper: Key | None,
                    limit: int) -> list[tuple[Key, Row]]:
@@ -163,9 +192,9 @@ class PostgresChunkReader:
         if not keys:
             return Chunk([])
         q = self._q(info)
-        query = q.keys_in + sql.SQL(", ").join([q.one_key] * len(keys)) + sql.SQL(")")
-        query += sql.SQL(" ORDER BY {}").format(
-            sql.SQL(", ").join(sql.Identifier(k) for k in info.key_columns))
+        listed = sql.SQL("({}) IN ({})").format(
+            q.keys, sql.SQL(", ").join([q.one_key] * len(keys)))
+        query = q.compose(listed, limit=False)
         params = [p for key in keys for p in q.params(key)]
         return self._fetch_chunk(q, query, params, f"reading keys of {info.table}")
 

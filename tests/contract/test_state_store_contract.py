@@ -225,7 +225,7 @@ def test_file_store_compare_and_set_holds_between_two_store_instances(
     path = tmp_path / "s.json"
     v0 = FileStateStore(path).save({"writer": None}, None, 1)
     first, second = FileStateStore(path), FileStateStore(path)
-    both_read = threading.Barrier(2, timeout=2.0)
+    both_read = threading.Barrier(2, timeout=0.5)
     real_read = FileStateStore._read
 
     def read_then_wait(self: FileStateStore) -> dict[str, Any] | None:

@@ -11,7 +11,7 @@ import orjson
 import psycopg
 
 from dblog.connectors.postgres.chunks import PostgresChunkReader
-from dblog.model import TableId
+from dblog.model import EncodedRow, TableId
 from dblog.positions import Lsn
 from dblog.testing import replay
 
@@ -24,7 +24,8 @@ def source_rows(dsn: str, tables: Iterable[str]) -> dict[Any, dict[str, Any]]:
         for name in tables:
             info = reader.table_info(TableId.parse(name))
             for key, row in reader.read_chunk(info, None, None, 10**9).rows:
-                out[((info.table.schema, info.table.name), key)] = row
+                image = row.decode() if isinstance(row, EncodedRow) else row
+                out[((info.table.schema, info.table.name), key)] = image
         return out
     finally:
         reader.close()

@@ -681,13 +681,13 @@ def test_engine_in_a_thread_with_concurrent_writers() -> None:
         for n in range(300):
             k = rng.randrange(250)
             db.transaction([(rng.choice(["upsert", "delete", "update"]), t, {"id": k, "v": n})])
-        deadline = time.monotonic() + 10
+        end = db.log[-1].position  # the last data change; only watermarks follow
+        deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            dumps = engine.status()["dumps"]
-            if dumps and dumps[0]["state"] == "done" and engine.delivery.last_seq > 0:
-                break
+            dumps, position = engine.status()["dumps"], engine.delivery.state.position
+            if dumps and dumps[0]["state"] == "done" and position is not None and position >= end:
+                break  # dump finished and everything up to the last change is committed
             time.sleep(0.02)
-        time.sleep(0.2)
     finally:
         engine.stop()
         thread.join(10)
@@ -930,7 +930,7 @@ class RecordingOutput(ListOutput):
         self.writes_after_loss = 0
 
     def write(self, events: Sequence[ChangeEvent]) -> None:
-        if self.election.told_not_leader:
+        if not self.election.leader:
             self.writes_after_loss += len(events)
         super().write(events)
 
@@ -942,14 +942,17 @@ class RecordingStore(MemoryStateStore):
         self.saves_after_loss = 0
 
     def save(self, data: dict[str, object], expected_version: int | None, epoch: int) -> int:
-        if self.election.told_not_leader:
+        if not self.election.leader:
             self.saves_after_loss += 1
         return super().save(data, expected_version, epoch)
 
 
-def test_losing_leadership_stops_emission_at_once() -> None:
+@pytest.mark.parametrize(("batch_size", "flush_interval"), [(1000, 1.0), (1, 0.0)])
+def test_losing_leadership_stops_emission_at_once(batch_size: int,
+                                                  flush_interval: float) -> None:
     """SPEC 5: when leadership is in doubt the engine stops emitting at once: nothing more
-    reaches outputs or the state store (a successor may already be writing to them)."""
+    reaches outputs or the state store (a successor may already be writing to them), neither
+    what was buffered nor what the current loop turn would deliver and commit."""
     db, t = make_db(40)
     election = FlippingElection()
     out, store = RecordingOutput(election), RecordingStore(election)
@@ -962,10 +965,12 @@ def test_losing_leadership_stops_emission_at_once() -> None:
             election.leader = False
 
     run = Run(db, [out], store, election=election, stop_when_idle=False, on_poll=on_poll,
-              settings=fast_settings(5, batch_size=1000, flush_interval_s=1.0))
+              settings=fast_settings(5, batch_size=batch_size, flush_interval_s=flush_interval))
     run.engine.request_dump([t])
-    run.go()
+    state = run.go().engine.delivery.state
     assert election.told_not_leader
+    assert committed(store).seq == state.seq
+    assert (out.events[-1].seq if out.events else 0) >= state.seq
     assert run.polls == 8
     assert out.writes_after_loss == 0, "events were written after leadership was lost"
     assert store.saves_after_loss == 0, "state was saved after leadership was lost"

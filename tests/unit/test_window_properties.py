@@ -155,7 +155,7 @@ def run_window(db: MemoryDatabase, table: TableId, s: WindowScenario, book: Vers
     return out, len(db.log), selected, discarded
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(window_scenarios())
 def test_window_emits_no_time_travel_and_completes_the_chunk_range(s: WindowScenario) -> None:
     db = MemoryDatabase()
@@ -330,13 +330,13 @@ def run_engine_scenario(s: EngineScenario, restart: bool) -> None:
     assert all(d.state.value == "done" for d in state.dumps.dumps), state.dumps
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(engine_scenarios())
 def test_engine_random_writes_keep_i1_i2_i3(s: EngineScenario) -> None:
     run_engine_scenario(s, restart=False)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(engine_scenarios())
 def test_engine_random_writes_with_a_restart_keep_i1_i2_i3(s: EngineScenario) -> None:
     run_engine_scenario(s, restart=True)
