@@ -71,6 +71,17 @@ class Delivery:
         if len(self._batch) >= self.batch_size:
             self.deliver()
 
+    def emit_all(self, events: list[ChangeEvent]) -> None:
+        """Emit many events at once (a chunk's rows): same effect as emit() for each."""
+        seq = self.last_seq
+        for event in events:
+            seq += 1
+            event.seq = seq
+        self.last_seq = seq
+        self._batch.extend(events)
+        if len(self._batch) >= self.batch_size:
+            self.deliver()
+
     def mark(self, position: Position | None, dump: Dump | None = None,
              seq: int | None = None) -> None:
         """A commit point at ``seq`` (default: the last emitted event)."""

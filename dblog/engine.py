@@ -272,9 +272,9 @@ class Engine:
                      plan.table)
             return
         rows = surviving_rows(window)
-        for key, row in rows:
-            self.delivery.emit(ChangeEvent(Op.READ, plan.table, key, after=row,
-                                           position=high_position, dump_id=plan.dump_id))
+        table, dump_id, read = plan.table, plan.dump_id, Op.READ
+        self.delivery.emit_all([ChangeEvent(read, table, key, None, row, high_position,
+                                            dump_id=dump_id) for key, row in rows])
         dump = dumpops.complete_chunk(dump, plan, window.last_key, chunk.selected, len(rows),
                                       chunk.limit)
         self.live = self.live.put(dump)

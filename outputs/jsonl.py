@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from dblog.errors import FatalOutputError
 from dblog.formats import native
-from dblog.model import ChangeEvent
+from dblog.model import ChangeEvent, EncodedRow, Op
 
 _BLOCK = 1 << 16
 
@@ -87,6 +87,8 @@ class JsonlOutput:
         self._handle: BinaryIO | None = None
         self._written = -1
         self._durable = -1
+        self._read_ident: tuple[object, ...] | None = None
+        self._read_head = b""
 
     @classmethod
     def from_config(cls, raw: dict[str, Any]) -> JsonlOutput:
@@ -105,13 +107,28 @@ class JsonlOutput:
 
     def write(self, events: Sequence[ChangeEvent]) -> None:
         handle = self._require()
-        dumps, newline = orjson.dumps, orjson.OPT_APPEND_NEWLINE
         try:
-            handle.write(b"".join([dumps(native(e), option=newline) for e in events]))
+            handle.write(b"".join([self._encode(e) for e in events]))
         except OSError as exc:
             raise FatalOutputError(f"writing {self.config.path} failed: {exc}") from exc
         if events:
             self._written = events[-1].seq
+
+    def _encode(self, event: ChangeEvent) -> bytes:
+        after = event.after
+        if event.op is Op.READ and isinstance(after, EncodedRow):
+            # dump rows: a cached prefix per chunk, the server-encoded row spliced in
+            return self._read_line(event, after)
+        return orjson.dumps(native(event), option=orjson.OPT_APPEND_NEWLINE)
+
+    def _read_line(self, event: ChangeEvent, after: EncodedRow) -> bytes:
+        ident = (event.table, event.position, event.dump_id)
+        if ident != self._read_ident:
+            head = orjson.dumps(native(ChangeEvent(Op.READ, event.table, position=event.position,
+                                                  dump_id=event.dump_id, seq=0)))
+            self._read_ident, self._read_head = ident, head[len(b'{"seq":0,'):-1]
+        return b'{"seq":%d,%b,"key":%b,"after":%b}\n' % (
+            event.seq, self._read_head, orjson.dumps(event.key), after.json.encode())
 
     def flush(self) -> int:
         handle = self._require()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from dblog.errors import FatalSourceError
@@ -42,13 +43,24 @@ def log_converter(type_name: str) -> Converter:
 
 
 class _TableMeta:
-    __slots__ = ("key_columns", "ncolumns", "table", "watermark")
+    __slots__ = ("convert", "key_columns", "key_of", "ncolumns", "table", "watermark")
 
     def __init__(self, table: TableId, watermark: bool, key_columns: tuple[str, ...]) -> None:
         self.table = table
         self.watermark = watermark
         self.key_columns = key_columns
+        self.key_of = _key_getter(key_columns)
         self.ncolumns = -1
+        # converters by column count: the shapes seen (after-image, key-only identity)
+        self.convert: dict[int, list[tuple[str, Converter]]] = {}
+
+
+def _key_getter(columns: tuple[str, ...]) -> Callable[[Row], Key]:
+    if len(columns) == 1:
+        name = columns[0]
+        return lambda row: (row[name],)
+    getter = itemgetter(*columns)
+    return lambda row: getter(row)  # type: ignore[no-any-return]
 
 
 class Wal2JsonDecoder:
@@ -74,16 +86,26 @@ class Wal2JsonDecoder:
         self._tables: dict[tuple[str, str], _TableMeta] = {}
         self._converters: dict[str, Converter] = {}
 
-    def _row(self, columns: Sequence[Mapping[str, Any]]) -> Row:
-        converters = self._converters
-        row: Row = {}
-        for column in columns:
-            convert = converters.get(column["type"])
-            if convert is None:
-                convert = converters[column["type"]] = log_converter(column["type"])
-            value = column["value"]
-            row[column["name"]] = value if convert is _identity or value is None else convert(value)
+    def _row(self, meta: _TableMeta, columns: Sequence[Mapping[str, Any]]) -> Row:
+        """Values as JSON gave them, then the few columns that need converting (numerics,
+        floats); which ones is worked out once per column count."""
+        row: Row = {c["name"]: c["value"] for c in columns}
+        convert_list = meta.convert.get(len(columns))
+        if convert_list is None:  # new shape (after-image, key identity, DDL): work it out
+            convert_list = meta.convert[len(columns)] = [
+                (c["name"], conv) for c in columns
+                if (conv := self._converter(c["type"])) is not _identity]
+        for name, convert in convert_list:
+            value = row.get(name)
+            if value is not None:
+                row[name] = convert(value)
         return row
+
+    def _converter(self, type_name: str) -> Converter:
+        convert = self._converters.get(type_name)
+        if convert is None:
+            convert = self._converters[type_name] = log_converter(type_name)
+        return convert
 
     def decode(self, payload: bytes | memoryview, header_lsn: int) -> LogItem | None:
         msg = _decode(bytes(payload).decode("utf-8"))
@@ -115,25 +137,27 @@ class Wal2JsonDecoder:
 
     def _row_event(self, msg: Mapping[str, Any], op: Op, header_lsn: int) -> LogItem | None:
         meta = self._meta(msg)
-        after = self._row(msg["columns"]) if "columns" in msg else None
-        identity = self._row(msg["identity"]) if "identity" in msg else None
+        after = self._row(meta, msg["columns"]) if "columns" in msg else None
         if meta.watermark:
             return self._watermark(after, header_lsn, op)
-        table, key_cols = meta.table, meta.key_columns
+        raw_identity = msg.get("identity")
+        identity = self._row(meta, raw_identity) if raw_identity is not None else None
         unchanged: tuple[str, ...] = ()
         if op is Op.UPDATE and after is not None and len(after) != meta.ncolumns:
             unchanged = self._complete_toast(meta, after, identity)
-        image = identity if op is Op.DELETE else after
-        key = _key(image, key_cols)
-        old_key = None
-        if op is Op.UPDATE and identity is not None:
-            old = _key(identity, key_cols)
+        key = _key(meta, identity if op is Op.DELETE else after)
+        old_key = before = None
+        if op is Op.DELETE:
+            before = identity
+        elif op is Op.UPDATE and identity is not None:
+            old = _key(meta, identity)
             old_key = old if old != key else None
-        before = identity if op is not Op.INSERT else None
-        return ChangeEvent(op, table, key, before=before,
-                           after=after if op is not Op.DELETE else None,
-                           position=Lsn(header_lsn), txid=msg.get("xid"),
-                           commit_ts=msg.get("timestamp"), old_key=old_key, unchanged=unchanged)
+            # an identity of only the key (REPLICA IDENTITY DEFAULT) is no before-image
+            if old_key is not None or len(identity) > len(meta.key_columns):
+                before = identity
+        return ChangeEvent(op, meta.table, key, before, after if op is not Op.DELETE else None,
+                           Lsn(header_lsn), msg.get("xid"), msg.get("timestamp"), old_key,
+                           unchanged)
 
     def _watermark(self, after: Row | None, header_lsn: int, op: Op) -> Watermark | None:
         if op is Op.DELETE or after is None or after.get("name") != self.instance:
@@ -160,11 +184,11 @@ class Wal2JsonDecoder:
         return tuple(still)
 
 
-def _key(image: Row | None, key_cols: Sequence[str]) -> Key | None:
-    if image is None or not key_cols:
+def _key(meta: _TableMeta, image: Row | None) -> Key | None:
+    if image is None or not meta.key_columns:
         return None
     try:
-        return tuple(image[c] for c in key_cols)
+        return meta.key_of(image)
     except KeyError:
         return None
 
