@@ -7,7 +7,6 @@ with a kind prefix so the state store can hold any of them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
 from dblog.errors import StateError
@@ -24,12 +23,19 @@ class Position(Protocol):
         ...
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class Lsn:
-    """A PostgreSQL log sequence number."""
+class Lsn(int):
+    """A PostgreSQL log sequence number: an immutable, ordered integer (one is made per log
+    event, so it is an ``int`` subclass rather than a dataclass)."""
 
-    value: int
+    __slots__ = ()
     kind: ClassVar[str] = "lsn"
+
+    @property
+    def value(self) -> int:
+        return int(self)
+
+    def __repr__(self) -> str:
+        return f"Lsn({self})"
 
     @classmethod
     def parse(cls, text: str) -> Lsn:
@@ -40,7 +46,8 @@ class Lsn:
         return cls((int(high, 16) << 32) | int(low, 16))
 
     def __str__(self) -> str:
-        return f"{self.value >> 32:X}/{self.value & 0xFFFFFFFF:X}"
+        value = int(self)
+        return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
 
     def encode(self) -> str:
         return f"lsn:{self}"

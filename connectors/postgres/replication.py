@@ -22,8 +22,7 @@ from dblog.positions import Lsn, Position
 from .errors import classify
 from .wal2json import WAL2JSON_OPTIONS, Wal2JsonDecoder
 
-_XLOG_HEADER = struct.Struct(">QQQ")
-_KEEPALIVE = struct.Struct(">QQB")
+_LSN = struct.Struct(">Q")
 _STATUS = struct.Struct(">cQQQqB")
 _PG_EPOCH_US = 946_684_800_000_000
 FEEDBACK_INTERVAL_S = 5.0
@@ -97,12 +96,13 @@ class PostgresLogReader:
 
     def poll(self, timeout: float) -> list[LogItem]:
         conn = self._require()
-        items: list[LogItem] = []
+        payloads: list[str] = []
+        lsns: list[int] = []
         deadline = time.monotonic() + timeout
-        while len(items) < MAX_BATCH:
+        while len(payloads) < MAX_BATCH:
             nbytes, data = conn.get_copy_data(1)
             if nbytes == 0:
-                if items:
+                if payloads:
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -112,22 +112,17 @@ class PostgresLogReader:
                 continue
             if nbytes < 0:
                 raise self._stream_error()
-            self._handle(data, items)
-        self._maybe_feedback()
-        return items
-
-    def _handle(self, data: memoryview, items: list[LogItem]) -> None:
-        kind = data[0]
-        if kind == 0x77:  # 'w'
-            start, _end, _ts = _XLOG_HEADER.unpack_from(data, 1)
-            self._received = max(self._received, start)
-            item = self.decoder.decode(data[25:], start)
-            if item is not None:
-                items.append(item)
-        elif kind == 0x6B:  # 'k'
-            _end, _ts, reply = _KEEPALIVE.unpack_from(data, 1)
-            if reply:
+            kind = data[0]
+            if kind == 0x77:  # 'w': XLogData
+                start = _LSN.unpack_from(data, 1)[0]
+                lsns.append(start)
+                payloads.append(str(data[25:], "utf-8"))
+            elif kind == 0x6B and data[17]:  # 'k': keepalive asking for a reply
                 self._send_feedback()
+        if lsns:
+            self._received = max(self._received, lsns[-1])
+        self._maybe_feedback()
+        return self.decoder.decode_batch(payloads, lsns) if payloads else []
 
     def _stream_error(self) -> Exception:
         conn = self._require()

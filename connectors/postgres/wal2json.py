@@ -108,7 +108,20 @@ class Wal2JsonDecoder:
         return convert
 
     def decode(self, payload: bytes | memoryview, header_lsn: int) -> LogItem | None:
-        msg = _decode(bytes(payload).decode("utf-8"))
+        return self.decode_message(_decode(str(payload, "utf-8")), header_lsn)
+
+    def decode_batch(self, payloads: list[str], header_lsns: list[int]) -> list[LogItem]:
+        """Decode messages one by one (one parse of them all as a JSON array is slower: the
+        collector keeps scanning the growing list)."""
+        items = []
+        decode, decode_message = _decode, self.decode_message
+        for payload, lsn in zip(payloads, header_lsns, strict=True):
+            item = decode_message(decode(payload), lsn)
+            if item is not None:
+                items.append(item)
+        return items
+
+    def decode_message(self, msg: Mapping[str, Any], header_lsn: int) -> LogItem | None:
         action = msg["action"]
         if action in _ROW_ACTIONS:
             return self._row_event(msg, _ROW_ACTIONS[action], header_lsn)
