@@ -27,9 +27,18 @@ from dblog.dumps import ChunkPlan, Dump, DumpState
 from dblog.errors import DblogError, DumpRequestError, FatalSourceError, LeadershipLost
 from dblog.model import ChangeEvent, Key, LogItem, Op, TableId, TableInfo, Watermark
 from dblog.positions import Position
+from dblog.recent import TOO_LARGE, RecentTransactions
 from dblog.spi import Clock, LeaderElection, Output, SourceConnector, StateStore
 from dblog.state import state_from_json
-from dblog.window import ChunkWindow, on_change, on_watermark, open_window, surviving_rows
+from dblog.window import (
+    ChunkWindow,
+    discard,
+    evict,
+    on_change,
+    on_watermark,
+    open_window,
+    surviving_rows,
+)
 
 log = logging.getLogger("dblog.engine")
 
@@ -44,6 +53,8 @@ class EngineSettings:
     heartbeat_interval_s: float = 10.0
     window_timeout_s: float = 120.0
     progress_interval_s: float = 10.0
+    recent_keys: int = 200_000
+    """Keys of recently forwarded transactions kept for the snapshot guard (memory bound)."""
     initial_dumps: tuple[Sequence[str] | None, ...] = ()
     """Dumps requested on the very first start (no state yet); None: all captured tables."""
 
@@ -106,6 +117,7 @@ class Engine:
         self._safe_position: Position | None = None
         self._boundary_seq = 0
         self._tables: dict[TableId, TableInfo] = {}
+        self._recent = RecentTransactions(self.settings.recent_keys)
         self._next_chunk_at = 0.0
         self._stop = threading.Event()
         self.running = threading.Event()
@@ -187,6 +199,7 @@ class Engine:
         state = PipelineState() if stored is None else state_from_json(stored.data)
         self.delivery.resume(state, None if stored is None else stored.version)
         self._open, self._tx, self._tables = None, _Transaction(), {}
+        self._recent = RecentTransactions(self.settings.recent_keys)
         if stored is None:
             self.delivery.save(state)
             for tables in self.settings.initial_dumps:
@@ -251,6 +264,10 @@ class Engine:
         else:
             if self._open is not None:
                 self._open.window = on_change(self._open.window, item)
+            if item.txid is not None and item.table is not None:
+                self._recent.add(item.txid, item.table, item.key)
+                if item.old_key is not None:
+                    self._recent.add(item.txid, item.table, item.old_key)
             if self._tx.begin is not None and not self._tx.emitted:
                 self.delivery.emit(self._tx.begin)
                 self._tx.emitted = True
@@ -362,8 +379,21 @@ class Engine:
         if self.hooks.before_high:
             self.hooks.before_high(plan)
         self._watermarks.write(high)
-        window = open_window(plan.table, low, high, chunk.rows, chunk.pending_txids)
+        window = self._guard_forwarded(
+            open_window(plan.table, low, high, chunk.rows, chunk.pending_txids))
         self._open = _OpenChunk(plan, window, len(chunk.rows), limit)
+
+    def _guard_forwarded(self, window: ChunkWindow) -> ChunkWindow:
+        """Apply the drop rule for in-progress transactions that were already forwarded."""
+        for txid in window.pending_txids:
+            keys = self._recent.keys_of(txid)
+            if keys == TOO_LARGE:
+                log.info("chunk of %s discarded: transaction %d, invisible to its SELECT, was "
+                         "too large to index; reading it again", window.table, txid)
+                return discard(window)
+            if keys:
+                window = evict(window, [k for t, k in keys if t == window.table])
+        return window
 
     def _set_live(self, dump: Dump) -> None:
         """Change a dump's state now; its committed progress still moves only with acks."""

@@ -23,7 +23,7 @@ a later window.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from dblog.model import ROW_OPS, TABLE_OPS, ChangeEvent, Key, RowImage, TableId
@@ -52,6 +52,21 @@ def open_window(
     last_key = rows[-1][0] if rows else None
     return ChunkWindow(table=table, low=low, high=high, rows=dict(rows), last_key=last_key,
                        pending_txids=pending_txids)
+
+
+def evict(window: ChunkWindow, keys: Iterable[Key]) -> ChunkWindow:
+    """Drop rows for keys that already-forwarded transactions changed (the SELECT could not see
+    them): the forwarded events carry those rows, newer than the chunk's."""
+    present = [k for k in keys if k in window.rows]
+    if not present:
+        return window
+    rows = {k: r for k, r in window.rows.items() if k not in set(present)}
+    return replace(window, rows=rows, dropped=window.dropped + len(present))
+
+
+def discard(window: ChunkWindow) -> ChunkWindow:
+    """Give up the chunk; it is read again in a later window."""
+    return replace(window, rows={}, discarded=True, dropped=window.dropped + len(window.rows))
 
 
 def on_watermark(window: ChunkWindow, value: str) -> tuple[ChunkWindow, bool]:
