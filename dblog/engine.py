@@ -53,7 +53,7 @@ class EngineSettings:
     heartbeat_interval_s: float = 10.0
     window_timeout_s: float = 120.0
     progress_interval_s: float = 10.0
-    recent_keys: int = 200_000
+    recent_keys: int = 50_000
     """Keys of recently forwarded transactions kept for the snapshot guard (memory bound)."""
     initial_dumps: tuple[Sequence[str] | None, ...] = ()
     """Dumps requested on the very first start (no state yet); None: all captured tables."""
@@ -392,7 +392,8 @@ class Engine:
                          "too large to index; reading it again", window.table, txid)
                 return discard(window)
             if keys:
-                window = evict(window, [k for t, k in keys if t == window.table])
+                schema, name = window.table.schema, window.table.name
+                window = evict(window, [k for s, n, k in keys if s == schema and n == name])
         return window
 
     def _set_live(self, dump: Dump) -> None:

@@ -15,11 +15,12 @@ from typing import Literal
 from dblog.model import Key, TableId
 
 TOO_LARGE: Literal["too-large"] = "too-large"
-TableKey = tuple[TableId, Key]
+TableKey = tuple[str, str, Key]
+"""(schema, table, key): plain values only, so the garbage collector stops tracking them."""
 
 
 class RecentTransactions:
-    def __init__(self, max_keys: int = 200_000, max_keys_per_tx: int = 10_000) -> None:
+    def __init__(self, max_keys: int = 50_000, max_keys_per_tx: int = 10_000) -> None:
         self.max_keys = max_keys
         self.max_keys_per_tx = max_keys_per_tx
         self._txs: OrderedDict[int, set[TableKey] | Literal["too-large"]] = OrderedDict()
@@ -39,7 +40,7 @@ class RecentTransactions:
             self._txs[txid] = TOO_LARGE
             return
         before = len(keys)
-        keys.add((table, key))
+        keys.add((table.schema, table.name, key))
         self._size += len(keys) - before
         while self._size > self.max_keys and len(self._txs) > 1:
             _, dropped = self._txs.popitem(last=False)
