@@ -69,3 +69,11 @@ def _merge_dump(dumps: DumpQueue, snapshot: Dump) -> DumpQueue:
     if committed.state in _USER_STATES and snapshot.state is not DumpState.DONE:
         snapshot = replace(snapshot, state=committed.state, error=committed.error)
     return dumps.put(snapshot)
+
+
+def with_dump_state(state: PipelineState, dump: Dump) -> PipelineState:
+    """The committed state with ``dump``'s state (not its progress) applied now."""
+    old = state.dumps.get(dump.id)
+    if old is None:
+        return replace(state, dumps=state.dumps.add(dump))
+    return replace(state, dumps=state.dumps.put(replace(old, state=dump.state, error=dump.error)))

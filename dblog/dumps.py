@@ -8,12 +8,14 @@ when a chunk's window has closed and its rows were emitted.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
-from dblog.model import Key, TableId
+from dblog.errors import DumpRequestError
+from dblog.model import Key, TableId, TableInfo
+from dblog.spi import ChunkReader
 
 
 class DumpState(str, Enum):
@@ -88,6 +90,24 @@ def keys_dump(
         keys=tuple(keys),
         internal=internal,
     )
+
+
+def validated_dump(
+    chunks: ChunkReader, table_info: Callable[[TableId], TableInfo],
+    tables: Sequence[str | TableId] | None, table: str | TableId | None,
+    keys: Sequence[Sequence[Any]] | None,
+) -> Dump:
+    """A dump for a request, checked against the source: tables exist and have keys, and the
+    given keys parse (DumpRequestError otherwise). ``tables=None``: every captured table."""
+    if keys is not None:
+        if table is None:
+            raise DumpRequestError("a dump of primary keys needs the table they belong to")
+        info = table_info(TableId.coerce(table))
+        return keys_dump(info.table, [chunks.parse_key(info, k) for k in keys])
+    names = chunks.list_tables() if tables is None else [TableId.coerce(t) for t in tables]
+    for name in names:
+        table_info(name)
+    return tables_dump(names)
 
 
 def next_chunk(dump: Dump, chunk_size: int) -> ChunkPlan | None:

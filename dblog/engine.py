@@ -20,51 +20,29 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dblog import dumps as dumpops
-from dblog.acks import PipelineState
+from dblog.acks import PipelineState, with_dump_state
 from dblog.clock import SingleNodeLeadership, SystemClock
 from dblog.delivery import Delivery
 from dblog.dumps import ChunkPlan, Dump, DumpState
 from dblog.errors import DblogError, DumpRequestError, FatalSourceError, LeadershipLost
-from dblog.model import ChangeEvent, Key, LogItem, Op, TableId, TableInfo, Watermark
+from dblog.model import ChangeEvent, LogItem, Op, TableId, TableInfo, Watermark
 from dblog.positions import Position
-from dblog.recent import TOO_LARGE, RecentTransactions
+from dblog.recent import RecentTransactions
+from dblog.settings import EngineSettings, PhaseHooks
 from dblog.spi import Clock, LeaderElection, Output, SourceConnector, StateStore
 from dblog.state import state_from_json
 from dblog.window import (
     ChunkWindow,
-    discard,
-    evict,
+    guard_forwarded,
     on_change,
     on_watermark,
     open_window,
     surviving_rows,
 )
 
+__all__ = ["Engine", "EngineSettings", "PhaseHooks"]
+
 log = logging.getLogger("dblog.engine")
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    chunk_size: int = 1000
-    chunk_delay_s: float = 0.0
-    batch_size: int = 2000
-    flush_interval_s: float = 1.0
-    poll_timeout_s: float = 0.2
-    heartbeat_interval_s: float = 10.0
-    window_timeout_s: float = 120.0
-    progress_interval_s: float = 10.0
-    recent_keys: int = 50_000
-    """Keys of recently forwarded transactions kept for the snapshot guard (memory bound)."""
-    initial_dumps: tuple[Sequence[str] | None, ...] = ()
-    """Dumps requested on the very first start (no state yet); None: all captured tables."""
-
-
-@dataclass
-class PhaseHooks:
-    """Test seams: called right after the low watermark and right before the high watermark."""
-
-    after_low: Callable[[ChunkPlan], None] | None = None
-    before_high: Callable[[ChunkPlan], None] | None = None
 
 
 @dataclass
@@ -384,31 +362,17 @@ class Engine:
         self._open = _OpenChunk(plan, window, len(chunk.rows), limit)
 
     def _guard_forwarded(self, window: ChunkWindow) -> ChunkWindow:
-        """Apply the drop rule for in-progress transactions that were already forwarded."""
-        for txid in window.pending_txids:
-            keys = self._recent.keys_of(txid)
-            if keys == TOO_LARGE:
-                log.info("chunk of %s discarded: transaction %d, invisible to its SELECT, was "
-                         "too large to index; reading it again", window.table, txid)
-                return discard(window)
-            if keys:
-                schema, name = window.table.schema, window.table.name
-                window = evict(window, [k for s, n, k in keys if s == schema and n == name])
-        return window
+        guarded = guard_forwarded(window, self._recent.keys_of)
+        if guarded.discarded:
+            log.info("chunk of %s discarded: a transaction invisible to its SELECT was too "
+                     "large to index; reading it again", window.table)
+        return guarded
 
     def _set_live(self, dump: Dump) -> None:
         """Change a dump's state now; its committed progress still moves only with acks."""
         self.live = self.live.put(dump)
         self.delivery.commit()
-
-        def change(state: PipelineState) -> PipelineState:
-            old = state.dumps.get(dump.id)
-            if old is None:
-                return replace(state, dumps=state.dumps.add(dump))
-            return replace(state, dumps=state.dumps.put(
-                replace(old, state=dump.state, error=dump.error)))
-
-        self.delivery.update_committed(change)
+        self.delivery.update_committed(lambda state: with_dump_state(state, dump))
 
     # -- control commands (engine thread) -------------------------------------------------
 
@@ -431,16 +395,7 @@ class Engine:
         self, tables: Sequence[str | TableId] | None, table: str | TableId | None,
         keys: Sequence[Sequence[Any]] | None,
     ) -> Dump:
-        if keys is not None:
-            if table is None:
-                raise DumpRequestError("a dump of primary keys needs the table they belong to")
-            info = self._table_info(_table_id(table))
-            parsed: list[Key] = [self._chunks.parse_key(info, k) for k in keys]
-            return dumpops.keys_dump(info.table, parsed)
-        names = self._chunks.list_tables() if tables is None else [_table_id(t) for t in tables]
-        for name in names:
-            self._table_info(name)
-        return dumpops.tables_dump(names)
+        return dumpops.validated_dump(self._chunks, self._table_info, tables, table, keys)
 
     def _change_dump(self, result: Future[str], dump_id: str, state: DumpState) -> None:
         dump = self.live.get(dump_id)
@@ -463,6 +418,3 @@ class Engine:
         log.info("dump %s: %d rows in %d chunks (~%d estimated), stream seq %d", dump.id,
                  dump.rows, dump.chunks, total, self.delivery.last_seq)
 
-
-def _table_id(value: str | TableId) -> TableId:
-    return value if isinstance(value, TableId) else TableId.parse(value)

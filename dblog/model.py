@@ -70,6 +70,10 @@ class TableId:
             return cls(default_schema, schema)
         return cls(schema, name)
 
+    @classmethod
+    def coerce(cls, value: str | TableId) -> TableId:
+        return value if isinstance(value, TableId) else cls.parse(value)
+
     def __str__(self) -> str:
         return f"{self.schema}.{self.name}"
 

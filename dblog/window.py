@@ -23,7 +23,7 @@ a later window.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from dblog.model import ROW_OPS, TABLE_OPS, ChangeEvent, Key, RowImage, TableId
@@ -67,6 +67,21 @@ def evict(window: ChunkWindow, keys: Iterable[Key]) -> ChunkWindow:
 def discard(window: ChunkWindow) -> ChunkWindow:
     """Give up the chunk; it is read again in a later window."""
     return replace(window, rows={}, discarded=True, dropped=window.dropped + len(window.rows))
+
+
+def guard_forwarded(
+    window: ChunkWindow, keys_of: Callable[[int], set[tuple[str, str, Key]] | str | None]
+) -> ChunkWindow:
+    """Drop rows that in-progress-but-already-forwarded transactions touched (``keys_of`` from
+    :class:`dblog.recent.RecentTransactions`); discard the chunk if one was too large to index."""
+    schema, name = window.table.schema, window.table.name
+    for txid in window.pending_txids:
+        keys = keys_of(txid)
+        if isinstance(keys, str):
+            return discard(window)
+        if keys:
+            window = evict(window, [k for s, n, k in keys if s == schema and n == name])
+    return window
 
 
 def on_watermark(window: ChunkWindow, value: str) -> tuple[ChunkWindow, bool]:

@@ -1,0 +1,32 @@
+"""Engine settings and test seams (re-exported by :mod:`dblog.engine`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from dblog.dumps import ChunkPlan
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    chunk_size: int = 1000
+    chunk_delay_s: float = 0.0
+    batch_size: int = 2000
+    flush_interval_s: float = 1.0
+    poll_timeout_s: float = 0.2
+    heartbeat_interval_s: float = 10.0
+    window_timeout_s: float = 120.0
+    progress_interval_s: float = 10.0
+    recent_keys: int = 50_000
+    """Keys of recently forwarded transactions kept for the snapshot guard (memory bound)."""
+    initial_dumps: tuple[Sequence[str] | None, ...] = ()
+    """Dumps requested on the very first start (no state yet); None: all captured tables."""
+
+
+@dataclass
+class PhaseHooks:
+    """Test seams: called right after the low watermark and right before the high watermark."""
+
+    after_low: Callable[[ChunkPlan], None] | None = None
+    before_high: Callable[[ChunkPlan], None] | None = None
