@@ -15,8 +15,9 @@ import queue
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from dblog import dumps as dumpops
@@ -29,7 +30,7 @@ from dblog.model import ChangeEvent, LogItem, Op, TableId, TableInfo, Watermark
 from dblog.positions import Position
 from dblog.recent import RecentTransactions
 from dblog.settings import EngineSettings, PhaseHooks
-from dblog.spi import Clock, LeaderElection, Output, SourceConnector, StateStore
+from dblog.spi import Chunk, Clock, LeaderElection, Output, SourceConnector, StateStore
 from dblog.state import state_from_json
 from dblog.window import (
     ChunkWindow,
@@ -52,6 +53,34 @@ class _OpenChunk:
     selected: int
     limit: int
     idle_s: float = 0.0
+
+
+@dataclass
+class _ChunkJob:
+    """A chunk being read (L, SELECT, H) for a window not opened yet."""
+
+    plan: ChunkPlan
+    info: TableInfo
+    low: str
+    high: str
+    limit: int
+    future: Future[Chunk]
+    idle_s: float = 0.0
+
+
+class _InlineRunner:
+    """Runs chunk jobs at once in the calling thread (``chunk_worker=False``)."""
+
+    def submit(self, fn: Callable[[], Chunk]) -> Future[Chunk]:
+        future: Future[Chunk] = Future()
+        try:
+            future.set_result(fn())
+        except BaseException as exc:  # delivered through the future, like the thread runner
+            future.set_exception(exc)
+        return future
+
+    def shutdown(self, wait: bool = True) -> None:
+        pass
 
 
 @dataclass
@@ -91,6 +120,7 @@ class Engine:
         self.knobs = _Knobs(self.settings.chunk_size, self.settings.chunk_delay_s)
         self.live = dumpops.DumpQueue()
         self._open: _OpenChunk | None = None
+        self._staged: _ChunkJob | None = None
         self._tx = _Transaction()
         self._safe_position: Position | None = None
         self._boundary_seq = 0
@@ -153,6 +183,14 @@ class Engine:
         reader = self.connector.log_reader()
         self._chunks = self.connector.chunk_reader()
         self._watermarks = self.connector.watermark_writer()
+        if self.settings.chunk_worker:
+            self._runner: ThreadPoolExecutor | _InlineRunner = ThreadPoolExecutor(
+                1, thread_name_prefix="dblog-chunks")
+            self._job_chunks = self.connector.chunk_reader()
+            self._job_marks = self.connector.watermark_writer()
+        else:
+            self._runner, self._job_chunks, self._job_marks = (
+                _InlineRunner(), self._chunks, self._watermarks)
         try:
             self._resume(reader)
             # the stream allocates many short-lived, acyclic objects; move what start-up built
@@ -168,8 +206,11 @@ class Engine:
             return self.delivery.commit()
         finally:
             self.running.clear()
+            self._runner.shutdown(wait=True)
             self.delivery.close()
-            for closeable in (reader, self._chunks, self._watermarks):
+            closeables = {id(c): c for c in (reader, self._chunks, self._watermarks,
+                                             self._job_chunks, self._job_marks)}
+            for closeable in closeables.values():
                 closeable.close()
 
     def _resume(self, reader: Any) -> None:
@@ -177,6 +218,7 @@ class Engine:
         state = PipelineState() if stored is None else state_from_json(stored.data)
         self.delivery.resume(state, None if stored is None else stored.version)
         self._open, self._tx, self._tables = None, _Transaction(), {}
+        self._staged = None
         self._recent = RecentTransactions(self.settings.recent_keys)
         if stored is None:
             self.delivery.save(state)
@@ -198,8 +240,11 @@ class Engine:
             if not self.election.is_leader():
                 log.warning("leadership lost: stopping emission")
                 raise LeadershipLost("leadership lost: stopped emitting")
-            if self._open is None:
+            if self._open is None and self._staged is None:
                 self._maybe_start_chunk()
+            elif self._staged is not None and self._staged.future.done() \
+                    and self._staged.future.exception() is not None:
+                self._materialize()  # raises the job's error
             started = clock.monotonic()
             items = reader.poll(settings.poll_timeout_s)
             for item in items:
@@ -240,6 +285,8 @@ class Engine:
             self._boundary_seq = self.delivery.last_seq
             self.delivery.mark(item.position)
         else:
+            if self._staged is not None and item.table == self._staged.plan.table:
+                self._materialize()  # its pending transactions may evict rows already
             if self._open is not None:
                 self._open.window = on_change(self._open.window, item)
             if item.txid is not None and item.table is not None:
@@ -252,6 +299,8 @@ class Engine:
             self.delivery.emit(item)
 
     def _on_watermark(self, mark: Watermark) -> None:
+        if self._staged is not None and mark.value == self._staged.low:
+            self._materialize()
         if self._open is None:
             return
         window, closed = on_watermark(self._open.window, mark.value)
@@ -273,8 +322,6 @@ class Engine:
             return
         rows = surviving_rows(window)
         table, dump_id, read = plan.table, plan.dump_id, Op.READ
-        self.delivery.emit_all([ChangeEvent(read, table, key, None, row, high_position,
-                                            dump_id=dump_id) for key, row in rows])
         dump = dumpops.complete_chunk(dump, plan, window.last_key, chunk.selected, len(rows),
                                       chunk.limit)
         self.live = self.live.put(dump)
@@ -282,6 +329,11 @@ class Engine:
             refetch = dumpops.keys_dump(plan.table, sorted(window.refetch, key=repr),
                                         internal=True)
             self.live = self.live.add(refetch, front=True)
+        if self.knobs.chunk_delay_s == 0:
+            self._prefetch()  # the next chunk is read while these rows are emitted
+        self.delivery.emit_all([ChangeEvent(read, table, key, None, row, high_position,
+                                            dump_id=dump_id) for key, row in rows])
+        if window.refetch:
             self._mark_dump(refetch)
         self._mark_dump(dump)
         if dump.state is DumpState.DONE:
@@ -297,14 +349,17 @@ class Engine:
             self.delivery.mark(self._safe_position, dump)
 
     def _check_window(self, idle_s: float | None) -> None:
-        """Fail when the log stays idle for ``window_timeout_s`` while a window waits for H (a
-        busy log, e.g. catching up a backlog, is not a reason: H arrives after the backlog)."""
-        if self._open is None:
+        """Fail when the log stays idle for ``window_timeout_s`` while a window waits for its
+        watermarks (a busy log, e.g. catching up a backlog, is not a reason)."""
+        waiting = self._open if self._open is not None else self._staged
+        if waiting is None:
             return
-        self._open.idle_s = 0.0 if idle_s is None else self._open.idle_s + idle_s
-        if self._open.idle_s > self.settings.window_timeout_s:
+        waiting.idle_s = 0.0 if idle_s is None else waiting.idle_s + idle_s
+        if waiting.idle_s > self.settings.window_timeout_s:
+            which = "high" if isinstance(waiting, _OpenChunk) and waiting.window.low_seen \
+                else "low"
             raise FatalSourceError(
-                f"the high watermark of a chunk of {self._open.plan.table} was not seen: the log "
+                f"the {which} watermark of a chunk of {waiting.plan.table} was not seen: the log "
                 f"was idle for {self.settings.window_timeout_s:.0f}s",
                 fix="check that the watermark table is captured by the log reader",
             )
@@ -344,22 +399,56 @@ class Engine:
                  info.estimated_rows)
 
     def _open_chunk(self, plan: ChunkPlan) -> None:
+        """Submit the chunk's L, SELECT, H; the window opens when L (or a change to the table)
+        arrives in the log, at most one SELECT later (I4)."""
         info = self._table_info(plan.table)
         low, high = f"L-{uuid.uuid4().hex}", f"H-{uuid.uuid4().hex}"
-        self._watermarks.write(low)
+        limit = self.knobs.chunk_size
+        future = self._runner.submit(partial(self._read_chunk, plan, info, low, high, limit))
+        self._staged = _ChunkJob(plan, info, low, high, limit, future)
+
+    def _prefetch(self) -> None:
+        """Submit the next plain chunk now. Starting a table or finishing a dump records state,
+        which must wait until this chunk's rows are emitted, so those wait for the loop."""
+        dump = self.live.active()
+        plan = None if dump is None else dumpops.next_chunk(dump, self.knobs.chunk_size)
+        if plan is None or plan.needs_start or self._staged is not None:
+            return
+        try:
+            self._open_chunk(plan)
+        except DumpRequestError:
+            return  # the loop plans it again and fails the dump there
+
+    def _read_chunk(self, plan: ChunkPlan, info: TableInfo, low: str, high: str,
+                    limit: int) -> Chunk:
+        """Steps 2-4 (runs in the chunk worker)."""
+        self._job_marks.write(low)
         if self.hooks.after_low:
             self.hooks.after_low(plan)
-        limit = self.knobs.chunk_size
         if plan.keys is not None:
-            chunk = self._chunks.read_keys(info, plan.keys)
+            chunk = self._job_chunks.read_keys(info, plan.keys)
         else:
-            chunk = self._chunks.read_chunk(info, plan.after, plan.upper, limit)
+            chunk = self._job_chunks.read_chunk(info, plan.after, plan.upper, limit)
         if self.hooks.before_high:
             self.hooks.before_high(plan)
-        self._watermarks.write(high)
+        self._job_marks.write(high)
+        return chunk
+
+    def _materialize(self) -> None:
+        """Turn the staged job into the open window, waiting for its SELECT if needed."""
+        job, self._staged = self._staged, None
+        assert job is not None and self._open is None
+        try:
+            chunk = job.future.result()
+        except DumpRequestError as exc:
+            dump = self.live.get(job.plan.dump_id)
+            if dump is not None:
+                log.error("dump %s failed: %s", dump.id, exc)
+                self._set_live(dumpops.set_state(dump, DumpState.FAILED, str(exc)))
+            return
         window = self._guard_forwarded(
-            open_window(plan.table, low, high, chunk.rows, chunk.pending_txids))
-        self._open = _OpenChunk(plan, window, len(chunk.rows), limit)
+            open_window(job.plan.table, job.low, job.high, chunk.rows, chunk.pending_txids))
+        self._open = _OpenChunk(job.plan, window, len(chunk.rows), job.limit)
 
     def _guard_forwarded(self, window: ChunkWindow) -> ChunkWindow:
         guarded = guard_forwarded(window, self._recent.keys_of)
@@ -407,6 +496,8 @@ class Engine:
             return
         if self._open is not None and self._open.plan.dump_id == dump_id:
             self._open = None  # the window's rows are never emitted; progress stays before it
+        if self._staged is not None and self._staged.plan.dump_id == dump_id:
+            self._staged = None  # its watermarks will pass as unknown values
         self._set_live(dumpops.set_state(dump, state))
         result.set_result(dump_id)
 

@@ -18,6 +18,9 @@ class EngineSettings:
     heartbeat_interval_s: float = 10.0
     window_timeout_s: float = 120.0
     progress_interval_s: float = 10.0
+    chunk_worker: bool = True
+    """Read the next chunk (L, SELECT, H) in a worker thread while this chunk's rows are
+    emitted. False: every chunk is read in the engine thread (deterministic, for tests)."""
     recent_keys: int = 50_000
     """Keys of recently forwarded transactions kept for the snapshot guard (memory bound)."""
     initial_dumps: tuple[Sequence[str] | None, ...] = ()

@@ -37,6 +37,7 @@ def fast_settings(chunk_size: int = 10, **overrides: Any) -> EngineSettings:
         "progress_interval_s": 1e9,
         "window_timeout_s": 1e9,
         "batch_size": 50,
+        "chunk_worker": False,  # deterministic: chunks are read in the engine thread
     }
     values.update(overrides)
     return EngineSettings(**values)
