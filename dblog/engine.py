@@ -338,6 +338,7 @@ class Engine:
         self._mark_dump(dump)
         if dump.state is DumpState.DONE:
             log.info("dump %s done: %d rows in %d chunks", dump.id, dump.rows, dump.chunks)
+            self.delivery.commit()  # a finished dump is made durable at once
 
     def _mark_dump(self, dump: Dump) -> None:
         """Record dump progress at the last transaction boundary: the state never pairs a
