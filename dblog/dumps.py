@@ -28,6 +28,8 @@ class DumpState(str, Enum):
 
 
 ACTIVE_STATES = frozenset({DumpState.QUEUED, DumpState.RUNNING})
+KEEP_FINISHED = 50
+"""Finished (done, cancelled, failed) dumps kept in the state for status queries."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +239,15 @@ class DumpQueue:
         return next((d for d in self.dumps if d.id == dump_id), None)
 
     def add(self, dump: Dump, front: bool = False) -> DumpQueue:
-        return DumpQueue((dump, *self.dumps) if front else (*self.dumps, dump))
+        """Queue ``dump``; finished dumps beyond the newest ``KEEP_FINISHED`` are forgotten, so
+        the state does not grow with every dump ever run."""
+        dumps = (dump, *self.dumps) if front else (*self.dumps, dump)
+        finished = [d for d in dumps if d.state not in ACTIVE_STATES
+                    and d.state is not DumpState.PAUSED]
+        if len(finished) > KEEP_FINISHED:
+            drop = {d.id for d in finished[: len(finished) - KEEP_FINISHED]}
+            dumps = tuple(d for d in dumps if d.id not in drop)
+        return DumpQueue(dumps)
 
     def put(self, dump: Dump) -> DumpQueue:
         return DumpQueue(tuple(dump if d.id == dump.id else d for d in self.dumps))

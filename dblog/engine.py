@@ -193,10 +193,11 @@ class Engine:
                 _InlineRunner(), self._chunks, self._watermarks)
         try:
             self._resume(reader)
-            # the stream allocates many short-lived, acyclic objects; move what start-up built
-            # out of the collector's way and collect young objects less often
-            gc.freeze()
-            gc.set_threshold(50_000, 20, 20)
+            if self.settings.tune_gc:
+                # the stream allocates many short-lived, acyclic objects; move what start-up
+                # built out of the collector's way and collect young objects less often
+                gc.freeze()
+                gc.set_threshold(50_000, 20, 20)
             self.running.set()
             try:
                 self._loop(reader)

@@ -21,6 +21,9 @@ class EngineSettings:
     chunk_worker: bool = True
     """Read the next chunk (L, SELECT, H) in a worker thread while this chunk's rows are
     emitted. False: every chunk is read in the engine thread (deterministic, for tests)."""
+    tune_gc: bool = True
+    """Raise the garbage collector's young-generation threshold (process-wide) for throughput;
+    embedders that manage the collector themselves set False."""
     recent_keys: int = 50_000
     """Keys of recently forwarded transactions kept for the snapshot guard (memory bound)."""
     initial_dumps: tuple[Sequence[str] | None, ...] = ()

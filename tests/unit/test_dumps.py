@@ -316,3 +316,16 @@ def test_dump_from_json_rejects_an_unknown_state() -> None:
     raw["state"] = "sleeping"
     with pytest.raises(ValueError):
         dump_from_json(raw)
+
+
+def test_finished_dumps_beyond_the_retention_are_forgotten() -> None:
+    from dblog.dumps import KEEP_FINISHED, DumpQueue
+
+    queue = DumpQueue()
+    for i in range(KEEP_FINISHED + 5):
+        queue = queue.add(set_state(tables_dump([A], f"d{i}"), DumpState.DONE))
+    queue = queue.add(tables_dump([A], "live"))
+    ids = [d.id for d in queue.dumps]
+    assert len(ids) == KEEP_FINISHED + 1
+    assert ids[0] == "d5" and ids[-1] == "live", "the oldest finished dumps go first"
+    assert queue.active() is not None and queue.active().id == "live"
