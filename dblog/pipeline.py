@@ -52,6 +52,8 @@ class Pipeline:
         self.engine = Engine(source, outputs, state or FileStateStore(state_path), settings,
                              hooks=hooks)
         self.max_restarts = max_restarts
+        self.restarts = 0
+        """How often a transient failure restarted the engine from the committed state."""
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._stopping = threading.Event()
@@ -83,6 +85,7 @@ class Pipeline:
                 if not exc.retryable or restarts >= self.max_restarts:
                     raise
                 restarts += 1
+                self.restarts += 1
                 log.warning("transient failure, restarting from the committed state in %.0fs "
                             "(%d/%d): %s", delay, restarts, self.max_restarts, exc)
                 if self._stopping.wait(delay):

@@ -77,6 +77,15 @@ class PostgresServer:
     def dsn(self, dbname: str = "postgres") -> str:
         return f"host=127.0.0.1 port={self.port} user={self.user} dbname={dbname}"
 
+    def restart(self, down_s: float = 0.0) -> None:
+        """Stop the server (fast shutdown), stay down ``down_s`` seconds, start it again."""
+        ctl = [*_as_server_user(), str(self.bindir / "pg_ctl"), "-D", str(self.datadir)]
+        subprocess.run([*ctl, "-m", "fast", "-w", "stop"], capture_output=True, check=True)
+        time.sleep(down_s)
+        subprocess.run([*ctl, "-l", str(self._root / "server.log"), "-w", "-t", "60", "start"],
+                       capture_output=True, check=True)
+        _wait_for_port(self.port)
+
     def stop(self) -> None:
         subprocess.run(
             [*_as_server_user(), str(self.bindir / "pg_ctl"), "-D", str(self.datadir),
