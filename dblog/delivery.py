@@ -124,6 +124,10 @@ class Delivery:
     def pending_points(self) -> int:
         return len(self._points)
 
+    def pending(self) -> bool:
+        """Whether anything emitted or marked is not committed yet."""
+        return bool(self._batch) or bool(self._points)
+
     def close(self) -> None:
         for output in self.outputs:
             try:

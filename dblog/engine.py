@@ -252,7 +252,9 @@ class Engine:
                 self._process(item)
             now = clock.monotonic()
             self._check_window(now - started if not items else None)
-            if now - last_commit >= settings.flush_interval_s:
+            # flush on the interval, and as soon as the log is caught up (low latency when idle)
+            if now - last_commit >= settings.flush_interval_s or (
+                    not items and self.delivery.pending()):
                 self.delivery.commit()
                 last_commit = now
             if now - last_heartbeat >= settings.heartbeat_interval_s:
