@@ -26,7 +26,7 @@ from dblog.clock import SingleNodeLeadership, SystemClock
 from dblog.delivery import Delivery
 from dblog.dumps import ChunkPlan, Dump, DumpState
 from dblog.errors import DblogError, DumpRequestError, FatalSourceError, LeadershipLost
-from dblog.model import ChangeEvent, LogItem, Op, TableId, TableInfo, Watermark
+from dblog.model import TABLE_OPS, ChangeEvent, LogItem, Op, TableId, TableInfo, Watermark
 from dblog.positions import Position
 from dblog.recent import RecentTransactions
 from dblog.settings import EngineSettings, PhaseHooks
@@ -180,17 +180,33 @@ class Engine:
     def run(self) -> PipelineState:
         """Run until :meth:`stop` or the loss of leadership; return the committed state."""
         self.connector.prepare()
-        reader = self.connector.log_reader()
-        self._chunks = self.connector.chunk_reader()
-        self._watermarks = self.connector.watermark_writer()
-        if self.settings.chunk_worker:
-            self._runner: ThreadPoolExecutor | _InlineRunner = ThreadPoolExecutor(
-                1, thread_name_prefix="dblog-chunks")
-            self._job_chunks = self.connector.chunk_reader()
-            self._job_marks = self.connector.watermark_writer()
-        else:
-            self._runner, self._job_chunks, self._job_marks = (
-                _InlineRunner(), self._chunks, self._watermarks)
+        opened: list[Any] = []  # closed in the finally below, even when a later open fails
+        self._runner: ThreadPoolExecutor | _InlineRunner = _InlineRunner()
+        try:
+            reader = self.connector.log_reader()
+            opened.append(reader)
+            self._chunks = self.connector.chunk_reader()
+            opened.append(self._chunks)
+            self._watermarks = self.connector.watermark_writer()
+            opened.append(self._watermarks)
+            self._job_chunks, self._job_marks = self._chunks, self._watermarks
+            if self.settings.chunk_worker:
+                self._job_chunks = self.connector.chunk_reader()
+                opened.append(self._job_chunks)
+                self._job_marks = self.connector.watermark_writer()
+                opened.append(self._job_marks)
+                self._runner = ThreadPoolExecutor(1, thread_name_prefix="dblog-chunks")
+            return self._run(reader)
+        finally:
+            self.running.clear()
+            self._runner.shutdown(wait=True)
+            for closeable in opened:
+                try:
+                    closeable.close()
+                except Exception:  # one failed close must not leak the others
+                    log.exception("closing %r failed", closeable)
+
+    def _run(self, reader: Any) -> PipelineState:
         try:
             self._resume(reader)
             if self.settings.tune_gc:
@@ -206,13 +222,7 @@ class Engine:
                 return self.delivery.state
             return self.delivery.commit()
         finally:
-            self.running.clear()
-            self._runner.shutdown(wait=True)
             self.delivery.close()
-            closeables = {id(c): c for c in (reader, self._chunks, self._watermarks,
-                                             self._job_chunks, self._job_marks)}
-            for closeable in closeables.values():
-                closeable.close()
 
     def _resume(self, reader: Any) -> None:
         stored = self.store.load()
@@ -293,7 +303,8 @@ class Engine:
             if self._open is not None:
                 self._open.window = on_change(self._open.window, item)
             if item.txid is not None and item.table is not None:
-                self._recent.add(item.txid, item.table, item.key)
+                key = None if item.op in TABLE_OPS else item.key
+                self._recent.add(item.txid, item.table, key, bool(item.unchanged))
                 if item.old_key is not None:
                     self._recent.add(item.txid, item.table, item.old_key)
             if self._tx.begin is not None and not self._tx.emitted:
@@ -451,11 +462,11 @@ class Engine:
                 self._set_live(dumpops.set_state(dump, DumpState.FAILED, str(exc)))
             return
         window = self._guard_forwarded(
-            open_window(job.plan.table, job.low, job.high, chunk.rows, chunk.pending_txids))
+            open_window(job.plan.table, job.low, job.high, chunk.rows, chunk.pending_txids), chunk)
         self._open = _OpenChunk(job.plan, window, len(chunk.rows), job.limit)
 
-    def _guard_forwarded(self, window: ChunkWindow) -> ChunkWindow:
-        guarded = guard_forwarded(window, self._recent.keys_of)
+    def _guard_forwarded(self, window: ChunkWindow, chunk: Chunk) -> ChunkWindow:
+        guarded = guard_forwarded(window, self._recent.keys_of, chunk.logged_txids)
         if guarded.discarded:
             log.info("chunk of %s discarded: a transaction invisible to its SELECT was too "
                      "large to index; reading it again", window.table)

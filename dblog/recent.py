@@ -4,49 +4,67 @@ A chunk SELECT reports the transactions still in progress for its snapshot. Post
 commit and make it visible much later (synchronous replication waits in between), so such a
 transaction may already have been forwarded before the low watermark was written. Its changes are
 newer than the chunk's rows for the same keys, so those rows must be dropped; this index says
-which keys that is. It keeps the most recent transactions up to ``max_keys`` keys in all.
+which keys that is, and whether the forwarded image was partial (unchanged TOAST columns), in
+which case the key must be read again. A transaction that truncated a table, touched too many
+keys, or was pushed out of the index answers UNKNOWN: the chunk is discarded and read again.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Literal
 
 from dblog.model import Key, TableId
 
-TOO_LARGE: Literal["too-large"] = "too-large"
-TableKey = tuple[str, str, Key]
-"""(schema, table, key): plain values only, so the garbage collector stops tracking them."""
+UNKNOWN: Literal["unknown"] = "unknown"
+TOO_LARGE = UNKNOWN  # kept for readers of older code
+TableKey = tuple[str, str, Key, bool]
+"""(schema, table, key, partial): plain values only, so the garbage collector stops tracking
+them. ``partial``: the forwarded after-image lacked unchanged TOAST columns."""
+Touched = set[TableKey] | Literal["unknown"]
 
 
 class RecentTransactions:
-    def __init__(self, max_keys: int = 50_000, max_keys_per_tx: int = 10_000) -> None:
+    def __init__(self, max_keys: int = 50_000, max_keys_per_tx: int = 10_000,
+                 max_evicted: int = 100_000) -> None:
         self.max_keys = max_keys
         self.max_keys_per_tx = max_keys_per_tx
-        self._txs: OrderedDict[int, set[TableKey] | Literal["too-large"]] = OrderedDict()
+        self._txs: OrderedDict[int, Touched] = OrderedDict()
         self._size = 0
+        self._evicted: deque[int] = deque(maxlen=max_evicted)
+        self._evicted_set: set[int] = set()
         self.evicted = 0
 
-    def add(self, txid: int, table: TableId, key: Key | None) -> None:
-        if key is None:
-            return
+    def add(self, txid: int, table: TableId, key: Key | None, partial: bool = False) -> None:
+        """Record a row change; ``key=None`` (a truncate or schema change) marks the whole
+        transaction as unknown."""
         keys = self._txs.get(txid)
         if keys is None:
             keys = self._txs[txid] = set()
-        if isinstance(keys, str):  # TOO_LARGE
+        if isinstance(keys, str):
             return
-        if len(keys) >= self.max_keys_per_tx:
+        if key is None or len(keys) >= self.max_keys_per_tx:
             self._size -= len(keys)
-            self._txs[txid] = TOO_LARGE
+            self._txs[txid] = UNKNOWN
             return
         before = len(keys)
-        keys.add((table.schema, table.name, key))
+        keys.add((table.schema, table.name, key, partial))
         self._size += len(keys) - before
         while self._size > self.max_keys and len(self._txs) > 1:
-            _, dropped = self._txs.popitem(last=False)
-            self._size -= 0 if isinstance(dropped, str) else len(dropped)
-            self.evicted += 1
+            self._evict()
 
-    def keys_of(self, txid: int) -> set[TableKey] | Literal["too-large"] | None:
-        """The keys ``txid`` touched, TOO_LARGE if it touched too many to keep, None if unseen."""
+    def _evict(self) -> None:
+        txid, dropped = self._txs.popitem(last=False)
+        self._size -= 0 if isinstance(dropped, str) else len(dropped)
+        if len(self._evicted) == self._evicted.maxlen:
+            self._evicted_set.discard(self._evicted[0])
+        self._evicted.append(txid)
+        self._evicted_set.add(txid)
+        self.evicted += 1
+
+    def keys_of(self, txid: int) -> Touched | None:
+        """What ``txid`` touched; UNKNOWN if it cannot be said (truncate, too many keys,
+        pushed out of the index); None if it was not forwarded (as far as the index knows)."""
+        if txid in self._evicted_set:
+            return UNKNOWN
         return self._txs.get(txid)

@@ -25,6 +25,9 @@ class Chunk:
 
     rows: Sequence[tuple[Key, RowImage]]
     pending_txids: frozenset[int] = frozenset()
+    logged_txids: frozenset[int] | None = None
+    """Those pending transactions whose commit is already logged (committed, not yet visible);
+    None when the source cannot tell."""
 
 
 class Clock(Protocol):

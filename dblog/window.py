@@ -70,17 +70,28 @@ def discard(window: ChunkWindow) -> ChunkWindow:
 
 
 def guard_forwarded(
-    window: ChunkWindow, keys_of: Callable[[int], set[tuple[str, str, Key]] | str | None]
+    window: ChunkWindow,
+    keys_of: Callable[[int], set[tuple[str, str, Key, bool]] | str | None],
+    logged_txids: frozenset[int] | None = None,
 ) -> ChunkWindow:
     """Drop rows that in-progress-but-already-forwarded transactions touched (``keys_of`` from
-    :class:`dblog.recent.RecentTransactions`); discard the chunk if one was too large to index."""
+    :class:`dblog.recent.RecentTransactions`); a partial forwarded image puts its key up for a
+    re-read; a transaction the index cannot describe, or one whose commit is logged but that
+    the index never saw (forwarded before a restart), discards the chunk."""
     schema, name = window.table.schema, window.table.name
     for txid in window.pending_txids:
         keys = keys_of(txid)
         if isinstance(keys, str):
             return discard(window)
-        if keys:
-            window = evict(window, [k for s, n, k in keys if s == schema and n == name])
+        if keys is None and logged_txids is not None and txid in logged_txids:
+            return discard(window)  # logged, maybe forwarded before a restart: cannot tell
+        if not keys:
+            continue
+        mine = [(k, partial) for s, n, k, partial in keys if s == schema and n == name]
+        refetch = frozenset(k for k, partial in mine if partial and k in window.rows)
+        window = evict(window, [k for k, _ in mine])
+        if refetch:
+            window = replace(window, refetch=window.refetch | refetch)
     return window
 
 

@@ -16,6 +16,12 @@ from . import catalog
 from .errors import classify
 from .types import INT_TYPES, base_type, converter_for, key_param, select_expression
 
+# the snapshot, and those of its in-progress transactions whose commit is already logged
+SNAPSHOT_SQL = (
+    "SELECT txid_current_snapshot()::text, ARRAY(SELECT x FROM "
+    "txid_snapshot_xip(txid_current_snapshot()) AS x WHERE txid_status(x) = 'committed')"
+)
+
 
 def _in_progress(snapshot: str) -> frozenset[int]:
     """Transaction ids in progress in ``xmin:xmax:xip,...``, as the 32-bit ids wal2json prints."""
@@ -161,14 +167,17 @@ class PostgresChunkReader:
         try:
             with self.conn.pipeline(), self.conn.transaction():  # one round trip
                 self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                snap_cursor = self.conn.execute("SELECT txid_current_snapshot()::text")
+                snap_cursor = self.conn.execute(SNAPSHOT_SQL)
                 cursor = self.conn.execute(query, params)
             snapshot = snap_cursor.fetchone()
             rows = cursor.fetchall()
         except psycopg.Error as exc:
             raise classify(exc, what) from exc
         decode = q.decode
-        return Chunk([decode(r) for r in rows], _in_progress(snapshot[0] if snapshot else ""))
+        pending = _in_progress(snapshot[0] if snapshot else "")
+        logged = frozenset(int(x) & 0xFFFFFFFF for x in (snapshot[1] or [])) if snapshot \
+            else frozenset()
+        return Chunk([decode(r) for r in rows], pending, logged)
 
     def max_key(self, info: TableInfo) -> Key | None:
         q = self._q(info)

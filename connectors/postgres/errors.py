@@ -25,8 +25,11 @@ def classify(exc: BaseException, doing: str) -> DblogError:
             f"{doing}: the wal2json output plugin is not installed on the server ({text})",
             fix="install it on the database host (Debian: apt-get install postgresql-15-wal2json)",
         )
-    if "password authentication failed" in text or ("does not exist" in text and "role" in text):
-        return FatalSourceError(f"{doing}: {text}", fix="check source.dsn user and password")
+    if "password authentication failed" in text or "no pg_hba.conf entry" in text or (
+            "does not exist" in text and ("role" in text or "database" in text)):
+        return FatalSourceError(f"{doing}: {text}",
+                                fix="check source.dsn (host, user, password, dbname) and "
+                                    "pg_hba.conf")
     if isinstance(exc, pgerrors.UndefinedTable):
         return DumpRequestError(f"{doing}: {text}")
     if isinstance(exc, _FATAL):

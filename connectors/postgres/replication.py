@@ -78,7 +78,15 @@ class PostgresLogReader:
 
     def start(self, position: Position | None) -> None:
         self.verify_start(position)
+        try:
+            self._start(position)
+        except psycopg.Error as exc:
+            raise classify(exc, "starting the replication stream") from exc
+
+    def _start(self, position: Position | None) -> None:
         conninfo = f"{self.dsn} replication=database options='-c datestyle=ISO -c timezone=UTC'"
+        if "connect_timeout" not in self.dsn:  # libpq's connect blocks: never for long
+            conninfo += " connect_timeout=10"
         conn = pq.PGconn.connect(conninfo.encode())
         if conn.status != pq.ConnStatus.OK:
             error = _driver_error(conn.get_error_message(), None)
@@ -95,6 +103,12 @@ class PostgresLogReader:
             self._acked = self._received = position.value
 
     def poll(self, timeout: float) -> list[LogItem]:
+        try:
+            return self._poll(timeout)
+        except psycopg.Error as exc:  # libpq failed itself (connection lost, reset)
+            raise classify(exc, "reading the replication stream") from exc
+
+    def _poll(self, timeout: float) -> list[LogItem]:
         conn = self._require()
         payloads: list[str] = []
         lsns: list[int] = []
@@ -132,7 +146,10 @@ class PostgresLogReader:
     def acknowledge(self, position: Position) -> None:
         if isinstance(position, Lsn) and position.value > self._acked:
             self._acked = position.value
-            self._send_feedback()
+            try:
+                self._send_feedback()
+            except psycopg.Error as exc:
+                raise classify(exc, "sending the standby status") from exc
 
     def _maybe_feedback(self) -> None:
         if time.monotonic() - self._last_feedback >= FEEDBACK_INTERVAL_S:

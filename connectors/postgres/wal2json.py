@@ -43,19 +43,19 @@ def log_converter(type_name: str) -> Converter:
 
 
 class _TableMeta:
-    __slots__ = ("convert", "key_columns", "key_of", "ncolumns", "table", "watermark")
+    __slots__ = ("columns", "key_columns", "key_of", "table", "watermark")
 
     def __init__(self, table: TableId, watermark: bool, key_columns: tuple[str, ...]) -> None:
         self.table = table
         self.watermark = watermark
         self.key_columns = key_columns
         self.key_of = _key_getter(key_columns)
-        self.ncolumns = -1
-        # converters by column count: the shapes seen (after-image, key-only identity)
-        self.convert: dict[int, list[tuple[str, Converter]]] = {}
+        self.columns: frozenset[str] = frozenset()  # the catalog's columns, for TOAST checks
 
 
 def _key_getter(columns: tuple[str, ...]) -> Callable[[Row], Key]:
+    if not columns:
+        return lambda row: ()
     if len(columns) == 1:
         name = columns[0]
         return lambda row: (row[name],)
@@ -87,18 +87,17 @@ class Wal2JsonDecoder:
         self._converters: dict[str, Converter] = {}
 
     def _row(self, meta: _TableMeta, columns: Sequence[Mapping[str, Any]]) -> Row:
-        """Values as JSON gave them, then the few columns that need converting (numerics,
-        floats); which ones is worked out once per column count."""
-        row: Row = {c["name"]: c["value"] for c in columns}
-        convert_list = meta.convert.get(len(columns))
-        if convert_list is None:  # new shape (after-image, key identity, DDL): work it out
-            convert_list = meta.convert[len(columns)] = [
-                (c["name"], conv) for c in columns
-                if (conv := self._converter(c["type"])) is not _identity]
-        for name, convert in convert_list:
-            value = row.get(name)
-            if value is not None:
-                row[name] = convert(value)
+        """Values as JSON gave them; numerics and floats converted (looked up by each column's
+        own type, so DDL that renames, retypes or reorders columns is followed at once)."""
+        converters = self._converters
+        row: Row = {}
+        for column in columns:
+            type_name, value = column["type"], column["value"]
+            convert = converters.get(type_name)
+            if convert is None:
+                convert = self._converter(type_name)
+            row[column["name"]] = value if convert is _identity or value is None \
+                else convert(value)
         return row
 
     def _converter(self, type_name: str) -> Converter:
@@ -142,7 +141,8 @@ class Wal2JsonDecoder:
     def _meta(self, msg: Mapping[str, Any]) -> _TableMeta:
         name = (msg["schema"], msg["table"])
         meta = self._tables.get(name)
-        if meta is None:
+        if meta is None or (not meta.key_columns and "pk" in msg):
+            # (re)learn the key: a TRUNCATE, the first message after a restart, has no "pk"
             table = TableId(*name)
             keys = self.key_columns.get(table) or tuple(c["name"] for c in msg.get("pk", ()))
             meta = self._tables[name] = _TableMeta(table, table == self.watermark_table, keys)
@@ -156,7 +156,8 @@ class Wal2JsonDecoder:
         raw_identity = msg.get("identity")
         identity = self._row(meta, raw_identity) if raw_identity is not None else None
         unchanged: tuple[str, ...] = ()
-        if op is Op.UPDATE and after is not None and len(after) != meta.ncolumns:
+        if op is Op.UPDATE and after is not None and not (
+                len(after) == len(meta.columns) and after.keys() >= meta.columns):
             unchanged = self._complete_toast(meta, after, identity)
         key = _key(meta, identity if op is Op.DELETE else after)
         old_key = before = None
@@ -179,17 +180,16 @@ class Wal2JsonDecoder:
 
     def _complete_toast(self, meta: _TableMeta, after: Row,
                         identity: Row | None) -> tuple[str, ...]:
-        columns = self.columns_of(meta.table, False)
-        if len(after) >= len(columns):
-            meta.ncolumns = len(after)
-            return ()
-        missing = [c for c in columns if c not in after]
-        if missing:  # the table may have lost a column since we cached it
-            columns = self.columns_of(meta.table, True)
-            missing = [c for c in columns if c not in after]
-        meta.ncolumns = len(columns)
+        """Columns of the table the update did not carry (unchanged TOAST values): completed
+        from the old tuple under REPLICA IDENTITY FULL, otherwise returned as unchanged."""
+        columns = frozenset(self.columns_of(meta.table, False))
+        if not after.keys() <= columns or len(after) < len(meta.columns):
+            columns = frozenset(self.columns_of(meta.table, True))  # the table changed: DDL
+        meta.columns = columns
         still: list[str] = []
-        for column in missing:
+        for column in self.columns_of(meta.table, False):
+            if column in after:
+                continue
             if identity is not None and column in identity:
                 after[column] = identity[column]
             else:

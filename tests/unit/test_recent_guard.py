@@ -26,14 +26,14 @@ def test_index_keeps_keys_and_bounds_memory() -> None:
     recent = RecentTransactions(max_keys=5, max_keys_per_tx=3)
     recent.add(1, T, (1,))
     recent.add(1, T, (2,))
-    assert recent.keys_of(1) == {("public", "t", (1,)), ("public", "t", (2,))}
+    assert recent.keys_of(1) == {("public", "t", (1,), False), ("public", "t", (2,), False)}
     for k in range(4):
         recent.add(2, T, (k,))
     assert recent.keys_of(2) == TOO_LARGE
     for tx in range(3, 10):
         recent.add(tx, T, (tx,))
-    assert recent.keys_of(1) is None, "the oldest transactions are evicted first"
-    assert recent.keys_of(9) == {("public", "t", (9,))}
+    assert recent.keys_of(1) == TOO_LARGE, "evicted transactions are unknown, not unseen"
+    assert recent.keys_of(9) == {("public", "t", (9,), False)}
     assert recent.evicted >= 1
     assert recent.keys_of(42) is None
 
