@@ -75,9 +75,14 @@ def ensure_watermark_table(conn: psycopg.Connection, table: TableId, instance: s
 
 def ensure_slot(conn: psycopg.Connection, slot: str, plugin: str) -> bool:
     """Create the logical slot if missing; return True when it was created now."""
-    row = conn.execute("SELECT plugin, database FROM pg_replication_slots WHERE slot_name = %s",
-                       (slot,)).fetchone()
+    row = conn.execute("SELECT plugin, database, current_database() FROM pg_replication_slots "
+                       "WHERE slot_name = %s", (slot,)).fetchone()
     if row is not None:
+        if row[1] != row[2]:
+            raise FatalSourceError(
+                f"replication slot {slot} belongs to database {row[1]!r}, not {row[2]!r} "
+                "(slot names are shared by the whole server)",
+                fix="choose another source.slot for this database")
         if row[0] != plugin:
             raise FatalSourceError(
                 f"replication slot {slot} uses the output plugin {row[0]!r}, not {plugin!r}",

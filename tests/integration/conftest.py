@@ -7,6 +7,7 @@ instead; each test still works in a database of its own.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -44,12 +45,27 @@ def pg_dsn(pg_admin_dsn: str) -> Iterator[str]:
     dsn = _with_dbname(pg_admin_dsn, name)
     yield dsn
     with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
-        for (slot,) in admin.execute(
-                "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (name,)):
-            admin.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
-                          "WHERE slot_name = %s AND active_pid IS NOT NULL", (slot,))
-            admin.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        slots = admin.execute("SELECT slot_name FROM pg_replication_slots WHERE database = %s",
+                              (name,)).fetchall()
+        for (slot,) in slots:
+            _drop_slot(admin, slot)
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _drop_slot(admin: psycopg.Connection, slot: str) -> None:
+    """Terminate the slot's walsender and drop the slot once it is inactive (the walsender of
+    a just-closed connection can take a moment to exit)."""
+    deadline = time.monotonic() + 30
+    while True:
+        admin.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                      "WHERE slot_name = %s AND active_pid IS NOT NULL", (slot,))
+        try:
+            admin.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            return
+        except psycopg.errors.ObjectInUse:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def _with_dbname(dsn: str, name: str) -> str:

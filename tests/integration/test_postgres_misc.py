@@ -23,7 +23,9 @@ pytestmark = pytest.mark.integration
 
 
 def _pipeline(dsn: str, tmp: Path, **source: object) -> Pipeline:
-    config = {"dsn": dsn, "slot": "misc", "tables": ["public.*"], **source}
+    # slots are cluster-wide: one per test database
+    slot = "misc_" + dsn.rsplit("dbname=", 1)[-1].split()[0].lower()
+    config = {"dsn": dsn, "slot": slot, "tables": ["public.*"], **source}
     settings = EngineSettings(chunk_size=20, flush_interval_s=0.2, heartbeat_interval_s=0.5)
     return Pipeline(PostgresConnector(config, "misc"),
                     [JsonlOutput({"path": str(tmp / "out.jsonl")})],
@@ -33,7 +35,7 @@ def _pipeline(dsn: str, tmp: Path, **source: object) -> Pipeline:
 def _confirmed(dsn: str) -> Lsn:
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
-                           "WHERE slot_name = 'misc'").fetchone()
+                           "WHERE database = current_database()").fetchone()
     assert row is not None
     return Lsn.parse(row[0])
 
