@@ -32,23 +32,22 @@ def _load(group: str, name: str) -> Any:
                           fix=f"pip install 'dblog[{name}]'") from exc
 
 
-def build_connector(raw: dict[str, Any], instance: str) -> Any:
+def _configured(group: str, raw: dict[str, Any], where: str, example: str) -> tuple[Any, Any]:
+    """The class for ``raw["type"]`` and its validated configuration (through the class's
+    ``config_model`` attribute when it declares one)."""
     kind = raw.get("type")
     if not kind:
-        raise ConfigError("source.type is missing", fix="set source.type: postgres")
-    cls = _load("dblog.connectors", kind)
-    config_model = getattr(__import__(cls.__module__, fromlist=["_"]), f"{cls.__name__[:-9]}Config",
-                           None)
-    config = validate(config_model, raw, "source") if config_model else raw
+        raise ConfigError(f"{where}.type is missing", fix=f"set {where}.type: {example}")
+    cls = _load(group, kind)
+    model = getattr(cls, "config_model", None)
+    return cls, validate(model, raw, where) if model is not None else raw
+
+
+def build_connector(raw: dict[str, Any], instance: str) -> Any:
+    cls, config = _configured("dblog.connectors", raw, "source", "postgres")
     return cls(config, instance)
 
 
 def build_output(raw: dict[str, Any], index: int) -> Any:
-    kind = raw.get("type")
-    if not kind:
-        raise ConfigError(f"outputs.{index}.type is missing", fix="set type: jsonl")
-    cls = _load("dblog.outputs", kind)
-    config_model = getattr(__import__(cls.__module__, fromlist=["_"]), f"{cls.__name__[:-6]}Config",
-                           None)
-    config = validate(config_model, raw, f"outputs.{index}") if config_model else raw
+    cls, config = _configured("dblog.outputs", raw, f"outputs.{index}", "jsonl")
     return cls(config)

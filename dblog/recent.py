@@ -17,7 +17,6 @@ from typing import Literal
 from dblog.model import Key, TableId
 
 UNKNOWN: Literal["unknown"] = "unknown"
-TOO_LARGE = UNKNOWN  # kept for readers of older code
 TableKey = tuple[str, str, Key, bool]
 """(schema, table, key, partial): plain values only, so the garbage collector stops tracking
 them. ``partial``: the forwarded after-image lacked unchanged TOAST columns."""

@@ -77,6 +77,8 @@ def _find_cut(handle: BinaryIO, size: int, committed_seq: int) -> int:
 class JsonlOutput:
     """A :class:`dblog.spi.Output` writing one JSON document per line."""
 
+    config_model = JsonlConfig
+
     def __init__(self, config: JsonlConfig | dict[str, Any] | None = None, *,
                  name: str | None = None) -> None:
         self.config = config if isinstance(config, JsonlConfig) else JsonlConfig(**(config or {}))

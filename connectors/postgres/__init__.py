@@ -65,6 +65,8 @@ class PostgresConfig(BaseModel):
 class PostgresConnector:
     """A :class:`dblog.spi.SourceConnector` for PostgreSQL 12+."""
 
+    config_model = PostgresConfig
+
     def __init__(self, config: PostgresConfig | dict[str, Any], instance: str = "dblog") -> None:
         self.config = config if isinstance(config, PostgresConfig) else PostgresConfig(**config)
         self.instance = instance

@@ -8,7 +8,7 @@ import time
 
 from dblog.engine import Engine, EngineSettings
 from dblog.model import TableId
-from dblog.recent import TOO_LARGE, RecentTransactions
+from dblog.recent import UNKNOWN, RecentTransactions
 from dblog.spi import Chunk
 from dblog.testing import (
     ListOutput,
@@ -29,10 +29,10 @@ def test_index_keeps_keys_and_bounds_memory() -> None:
     assert recent.keys_of(1) == {("public", "t", (1,), False), ("public", "t", (2,), False)}
     for k in range(4):
         recent.add(2, T, (k,))
-    assert recent.keys_of(2) == TOO_LARGE
+    assert recent.keys_of(2) == UNKNOWN
     for tx in range(3, 10):
         recent.add(tx, T, (tx,))
-    assert recent.keys_of(1) == TOO_LARGE, "evicted transactions are unknown, not unseen"
+    assert recent.keys_of(1) == UNKNOWN, "evicted transactions are unknown, not unseen"
     assert recent.keys_of(9) == {("public", "t", (9,), False)}
     assert recent.evicted >= 1
     assert recent.keys_of(42) is None
