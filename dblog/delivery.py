@@ -59,6 +59,7 @@ class Delivery:
             raise LeadershipLost("leadership lost: nothing more is emitted or committed")
 
     def resume(self, state: PipelineState, version: int | None) -> None:
+        self._check_leader()  # opening an output may cut it back: a leader's act
         self.state, self.version, self.last_seq = state, version, state.seq
         self._batch, self._points = [], []
         for output in self.outputs:
@@ -102,6 +103,7 @@ class Delivery:
     def commit(self) -> PipelineState:
         """Deliver, flush every output, and commit state up to the common acknowledgement."""
         self.deliver()
+        self._check_leader()  # a frozen leader resumed between deliver and flush
         acks = {o.name: self._retry(o.flush, f"flush {o.name}") for o in self.outputs}
         done, self._points = split_acknowledged(self._points, min_acknowledged(acks))
         if done:
@@ -129,9 +131,14 @@ class Delivery:
         return bool(self._batch) or bool(self._points)
 
     def close(self) -> None:
+        leader = self.is_leader()
         for output in self.outputs:
             try:
-                output.close()
+                discard = getattr(output, "discard", None)
+                if not leader and discard is not None:
+                    discard()  # a deposed leader must not write out what it still buffers
+                else:
+                    output.close()
             except Exception:  # closing is best effort; what was acknowledged is committed
                 log.exception("closing output %s failed", output.name)
 

@@ -134,15 +134,16 @@ class Engine:
 
     def request_dump(
         self, tables: Sequence[str | TableId] | None = None, *, table: str | TableId | None = None,
-        keys: Sequence[Sequence[Any]] | None = None,
+        keys: Sequence[Sequence[Any]] | None = None, dump_id: str | None = None,
     ) -> Future[str]:
         """Queue a dump of ``tables`` (None: all captured tables) or of ``keys`` of ``table``.
 
         The future resolves to the dump id once the engine validated and stored the request,
-        or raises :class:`DumpRequestError`.
+        or raises :class:`DumpRequestError`. A given ``dump_id`` makes the request idempotent:
+        a dump with that id already in the state is not queued again.
         """
         result: Future[str] = Future()
-        self._command(lambda: self._accept_dump(result, tables, table, keys))
+        self._command(lambda: self._accept_dump(result, tables, table, keys, dump_id))
         return result
 
     def set_dump_state(self, dump_id: str, state: DumpState) -> Future[str]:
@@ -483,12 +484,18 @@ class Engine:
     def _accept_dump(
         self, result: Future[str], tables: Sequence[str | TableId] | None,
         table: str | TableId | None, keys: Sequence[Sequence[Any]] | None,
+        dump_id: str | None = None,
     ) -> None:
+        if dump_id is not None and self.live.get(dump_id) is not None:
+            result.set_result(dump_id)
+            return
         try:
             dump = self._build_dump(tables, table, keys)
         except DblogError as exc:
             result.set_exception(exc)
             return
+        if dump_id is not None:
+            dump = replace(dump, id=dump_id)
         self.delivery.commit()
         self.live = self.live.add(dump)
         self.delivery.update_committed(lambda s: replace(s, dumps=s.dumps.add(dump)))

@@ -12,6 +12,7 @@
     │   ├── RetryableOutputError
     │   └── FatalOutputError
     └── StateError             the state store
+        ├── RetryableStateError    the store is unreachable for now (ZooKeeper connection loss)
         └── FencedError        a compare-and-set write lost: a newer leader epoch owns the state
             └── LeadershipLost the instance lost leadership and stopped emitting
 
@@ -67,6 +68,10 @@ class FatalOutputError(OutputError):
 
 class StateError(DblogError):
     """The state store failed."""
+
+
+class RetryableStateError(StateError):
+    retryable = True
 
 
 class FencedError(StateError):

@@ -150,6 +150,20 @@ class JsonlOutput:
             raise FatalOutputError(f"output {self.name} is not open")
         return self._handle
 
+    def discard(self) -> None:
+        """Close without writing what is still buffered: a deposed leader must not append to a
+        file its successor owns. The buffer is drained into /dev/null through the same fd."""
+        handle = self._handle
+        self._handle = None
+        if handle is None or self.config.path == "-":
+            return
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, handle.fileno())
+        finally:
+            os.close(devnull)
+        handle.close()
+
     def close(self) -> None:
         if self._handle is not None and self.config.path != "-":
             self._handle.close()
