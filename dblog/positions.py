@@ -7,7 +7,9 @@ with a kind prefix so the state store can hold any of them.
 
 from __future__ import annotations
 
-from typing import ClassVar, Protocol, runtime_checkable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from dblog.errors import StateError
 
@@ -53,7 +55,170 @@ class Lsn(int):
         return f"lsn:{self}"
 
 
-_DECODERS = {"lsn": Lsn.parse}
+class _Ordered:
+    """Comparison through ``_cmp`` (-1, 0, 1, or None when incomparable)."""
+
+    __slots__ = ()
+
+    def _cmp(self, other: object) -> int | None:
+        raise NotImplementedError
+
+    def __lt__(self, other: object) -> bool:
+        return self._cmp(other) == -1
+
+    def __le__(self, other: object) -> bool:
+        return self._cmp(other) in (-1, 0)
+
+    def __gt__(self, other: object) -> bool:
+        return self._cmp(other) == 1
+
+    def __ge__(self, other: object) -> bool:
+        return self._cmp(other) in (1, 0)
+
+
+def _compare_maps(mine: dict[Any, int], theirs: dict[Any, int]) -> int | None:
+    """Pointwise order of two counters (missing entries count as 0); None when they cross."""
+    below = above = False
+    for name in mine.keys() | theirs.keys():
+        a, b = mine.get(name, 0), theirs.get(name, 0)
+        below, above = below or a < b, above or a > b
+    if below and above:
+        return None
+    return -1 if below else 1 if above else 0
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class MariadbGtid(_Ordered):
+    """A MariaDB GTID position (``gtid_binlog_pos`` form): the last GTID of each replication
+    domain, ``domain-server-seq`` joined by commas. Under gtid_strict_mode sequence numbers grow
+    per domain, so positions are ordered domain by domain (crossing positions compare false)."""
+
+    domains: tuple[tuple[int, int, int], ...] = ()
+    kind: ClassVar[str] = "mariadb-gtid"
+
+    @classmethod
+    def parse(cls, text: str) -> MariadbGtid:
+        parts = [p.strip() for p in text.split(",") if p.strip()]
+        triples = []
+        for part in parts:
+            domain, server, seq = (int(x) for x in part.split("-"))
+            triples.append((domain, server, seq))
+        return cls(tuple(sorted(triples)))
+
+    def with_gtid(self, domain: int, server: int, seq: int) -> MariadbGtid:
+        rest = [t for t in self.domains if t[0] != domain]
+        return MariadbGtid(tuple(sorted([*rest, (domain, server, seq)])))
+
+    def _cmp(self, other: object) -> int | None:
+        if not isinstance(other, MariadbGtid):
+            return None
+        return _compare_maps({d: q for d, _, q in self.domains},
+                             {d: q for d, _, q in other.domains})
+
+    def __str__(self) -> str:
+        return ",".join(f"{d}-{s}-{q}" for d, s, q in self.domains)
+
+    def encode(self) -> str:
+        return f"{self.kind}:{self}"
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class MysqlGtidSet(_Ordered):
+    """A MySQL GTID set (``uuid:1-5:7-9,...``); ordered by inclusion (crossing sets compare
+    false). Intervals are inclusive and kept merged."""
+
+    sets: tuple[tuple[str, tuple[tuple[int, int], ...]], ...] = ()
+    kind: ClassVar[str] = "mysql-gtid"
+
+    @classmethod
+    def parse(cls, text: str) -> MysqlGtidSet:
+        sets: dict[str, list[tuple[int, int]]] = {}
+        for part in (p.strip() for p in text.replace("\n", "").split(",")):
+            if not part:
+                continue
+            sid, *ranges = part.split(":")
+            for r in ranges:
+                low, _, high = r.partition("-")
+                sets.setdefault(sid.lower(), []).append((int(low), int(high or low)))
+        return cls(tuple(sorted((s, _merge(i)) for s, i in sets.items())))
+
+    def with_gtid(self, sid: str, gno: int) -> MysqlGtidSet:
+        sets = dict(self.sets)
+        sets[sid] = _merge([*sets.get(sid, ()), (gno, gno)])
+        return MysqlGtidSet(tuple(sorted(sets.items())))
+
+    def _cmp(self, other: object) -> int | None:
+        if not isinstance(other, MysqlGtidSet):
+            return None
+        if self.sets == other.sets:
+            return 0
+        if _contains(other, self):
+            return -1
+        return 1 if _contains(self, other) else None
+
+    def __str__(self) -> str:
+        return ",".join(sid + "".join(f":{lo}" if lo == hi else f":{lo}-{hi}" for lo, hi in iv)
+                        for sid, iv in self.sets)
+
+    def encode(self) -> str:
+        return f"{self.kind}:{self}"
+
+
+def _merge(intervals: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    merged: list[tuple[int, int]] = []
+    for low, high in sorted(intervals):
+        if merged and low <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], high))
+        else:
+            merged.append((low, high))
+    return tuple(merged)
+
+
+def _contains(big: MysqlGtidSet, small: MysqlGtidSet) -> bool:
+    outer = dict(big.sets)
+    return all(any(lo >= a and hi <= b for a, b in outer.get(sid, ()))
+               for sid, iv in small.sets for lo, hi in iv)
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class BinlogPosition(_Ordered):
+    """A binlog file and byte offset (servers without GTIDs); ordered by the file's numeric
+    suffix, then the offset."""
+
+    file: str
+    pos: int
+    kind: ClassVar[str] = "binlog"
+
+    @classmethod
+    def parse(cls, text: str) -> BinlogPosition:
+        file, _, pos = text.rpartition(":")
+        if not file:
+            raise ValueError(f"not a binlog position: {text!r}")
+        return cls(file, int(pos))
+
+    def _sort_key(self) -> tuple[str, int, int]:
+        stem, _, number = self.file.rpartition(".")
+        return (stem, int(number) if number.isdigit() else 0, self.pos)
+
+    def _cmp(self, other: object) -> int | None:
+        if not isinstance(other, BinlogPosition):
+            return None
+        a, b = self._sort_key(), other._sort_key()
+        return -1 if a < b else 1 if a > b else 0
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.pos}"
+
+    def encode(self) -> str:
+        return f"{self.kind}:{self}"
+
+
+_DECODERS: dict[str, Callable[[str], Position]] = {
+    "lsn": Lsn.parse,
+    MariadbGtid.kind: MariadbGtid.parse,
+    MysqlGtidSet.kind: MysqlGtidSet.parse,
+    BinlogPosition.kind: BinlogPosition.parse,
+}
 
 
 def decode_position(text: str | None) -> Position | None:
