@@ -1,4 +1,4 @@
-"""The ``dblog`` command: ``run``, ``check``, ``status``."""
+"""The ``dblog`` command: ``run``, ``check``, ``status``, ``dump``."""
 
 from __future__ import annotations
 
@@ -10,13 +10,15 @@ import sys
 from typing import Any
 
 from dblog.config import PipelineConfig, load_config
-from dblog.errors import DblogError
+from dblog.errors import ConfigError, DblogError
 from dblog.state import FileStateStore, state_from_json
 
 
 def _run(config: PipelineConfig) -> int:
     from dblog.pipeline import Pipeline
 
+    if config.state.type == "zookeeper":
+        return _run_candidate(config)
     pipeline = Pipeline.from_config(config)
 
     def stop(signum: int, _frame: Any) -> None:
@@ -26,6 +28,21 @@ def _run(config: PipelineConfig) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     pipeline.run()
+    return 0
+
+
+def _run_candidate(config: PipelineConfig) -> int:
+    from dblog.ha.runner import HaInstance
+
+    instance = HaInstance(config)
+
+    def stop(signum: int, _frame: Any) -> None:
+        logging.getLogger("dblog").info("signal %d: stopping after the current batch", signum)
+        instance.request_stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    instance.run()
     return 0
 
 
@@ -44,6 +61,11 @@ def _check(config: PipelineConfig) -> int:
 
 
 def _status(config: PipelineConfig) -> int:
+    if config.state.type == "zookeeper":
+        from dblog.ha.status import ha_status
+
+        print(json.dumps(ha_status(config), indent=2))
+        return 0
     stored = FileStateStore(config.state.path).load()
     if stored is None:
         print(json.dumps({"state": None, "note": f"no state at {config.state.path}"}))
@@ -59,18 +81,35 @@ def _status(config: PipelineConfig) -> int:
     return 0
 
 
+def _dump(config: PipelineConfig, tables: list[str] | None) -> int:
+    if config.state.type != "zookeeper":
+        raise ConfigError("dblog dump queues requests in ZooKeeper: it needs state.type: "
+                          "zookeeper", fix="embedded pipelines call Pipeline.dump()")
+    from dblog.ha.status import queue_dump
+
+    print(json.dumps({"dump_id": queue_dump(config, tables), "state": "requested"}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dblog", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, text in (("run", "run the pipeline"), ("check", "assess the source"),
-                       ("status", "show the committed state")):
+    for name, text in (("run", "run the pipeline (an HA candidate with ZooKeeper state)"),
+                       ("check", "assess the source"),
+                       ("status", "show the committed state (and the leader, with ZooKeeper)"),
+                       ("dump", "queue a dump durably (ZooKeeper state; served by the leader)")):
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("--config", "-c", required=True, help="YAML configuration file")
+        if name == "dump":
+            cmd.add_argument("--table", "-t", action="append", dest="tables",
+                             help="table to dump (repeat; default: every captured table)")
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
         logging.basicConfig(level=config.log_level,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        if args.command == "dump":
+            return _dump(config, args.tables)
         handler = {"run": _run, "check": _check, "status": _status}[args.command]
         return handler(config)
     except DblogError as exc:

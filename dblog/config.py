@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dblog.errors import ConfigError
 
@@ -32,10 +32,27 @@ class EngineConfig(BaseModel):
 
 
 class StateConfig(BaseModel):
+    """``type: file`` (one embedded instance) or ``type: zookeeper`` (HA: leader election and
+    the state in ZooKeeper; needs ``pip install 'dblog[zookeeper]'``)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    type: Literal["file"] = "file"
+    type: Literal["file", "zookeeper"] = "file"
     path: str = "dblog-state.json"
+    hosts: str | None = None
+    """ZooKeeper connection string, e.g. ``zk1:2181,zk2:2181``."""
+    root: str = Field("/dblog", pattern=r"^(/[A-Za-z0-9_.-]+)+$")
+    session_timeout_s: float = Field(10.0, ge=1.0, le=60.0)
+    connect_timeout_s: float = Field(15.0, gt=0)
+    instance_id: str | None = None
+    """How this instance appears in ``dblog status`` (default: host:pid)."""
+
+    @model_validator(mode="after")
+    def _hosts_for_zookeeper(self) -> StateConfig:
+        if self.type == "zookeeper" and not self.hosts:
+            raise ValueError("hosts is required when type is zookeeper "
+                             "(e.g. hosts: 127.0.0.1:2181 or hosts: ${DBLOG_ZK_HOSTS})")
+        return self
 
 
 class DumpRequestConfig(BaseModel):

@@ -31,7 +31,7 @@ from dblog.config import PipelineConfig, load_config
 from dblog.dumps import DumpState
 from dblog.engine import Engine, EngineSettings, PhaseHooks
 from dblog.errors import DblogError
-from dblog.spi import Output, SourceConnector, StateStore
+from dblog.spi import LeaderElection, Output, SourceConnector, StateStore
 from dblog.state import FileStateStore
 
 log = logging.getLogger("dblog.pipeline")
@@ -48,9 +48,10 @@ class Pipeline:
         settings: EngineSettings | None = None,
         hooks: PhaseHooks | None = None,
         max_restarts: int = 20,
+        election: LeaderElection | None = None,
     ) -> None:
         self.engine = Engine(source, outputs, state or FileStateStore(state_path), settings,
-                             hooks=hooks)
+                             hooks=hooks, election=election)
         self.max_restarts = max_restarts
         self.restarts = 0
         """How often a transient failure restarted the engine from the committed state."""
@@ -59,7 +60,9 @@ class Pipeline:
         self._stopping = threading.Event()
 
     @classmethod
-    def from_config(cls, config: PipelineConfig | str) -> Pipeline:
+    def from_config(cls, config: PipelineConfig | str, *, state: StateStore | None = None,
+                    election: LeaderElection | None = None,
+                    max_restarts: int = 20) -> Pipeline:
         from dblog.plugins import build_connector, build_output
 
         cfg = load_config(config) if isinstance(config, str) else config
@@ -67,7 +70,8 @@ class Pipeline:
         outputs = [build_output(raw, i) for i, raw in enumerate(cfg.outputs)]
         settings = EngineSettings(**cfg.engine.model_dump(),
                                   initial_dumps=tuple(d.tables for d in cfg.initial_dumps))
-        return cls(source, outputs, state_path=cfg.state.path, settings=settings)
+        return cls(source, outputs, state=state, state_path=cfg.state.path, settings=settings,
+                   election=election, max_restarts=max_restarts)
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -6,7 +6,8 @@ import contextlib
 import json
 import os
 import threading
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,19 @@ STORES: dict[str, Callable[[Path], StateStore]] = {
 }
 
 
-@pytest.fixture(params=sorted(STORES))
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> StateStore:
-    return STORES[request.param](tmp_path)
+@pytest.fixture(params=[*sorted(STORES), "zookeeper"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
+    if request.param != "zookeeper":
+        yield STORES[request.param](tmp_path)
+        return
+    from dblog.ha.zk import ZkPaths, ZooKeeperStateStore, connect
+
+    client = connect(request.getfixturevalue("zk_hosts"), session_timeout_s=10)
+    try:
+        yield ZooKeeperStateStore(client, ZkPaths.of("/contract", uuid.uuid4().hex))
+    finally:
+        client.stop()
+        client.close()
 
 
 DOC: dict[str, object] = {

@@ -1,0 +1,173 @@
+"""Leader election through ZooKeeper (kazoo), as a lease (see :mod:`dblog.ha.lease`).
+
+A candidate creates the ephemeral ``leader`` znode and bumps the ``epoch`` znode's version in one
+ZooKeeper transaction, so every leadership term has its own, larger epoch. Standbys wait for the
+``leader`` znode to go away (its owner's session ended). While leading, a renewer thread checks
+the znode is still owned by this session every ``session_timeout / 8`` and renews the lease; the
+connection listener suspends it at once on SUSPENDED and ends it on LOST.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from dblog.errors import DblogError
+from dblog.ha.lease import Lease, LeaseState
+from dblog.ha.zk import ZkPaths, classified, ensure_layout
+from dblog.spi import Clock
+
+log = logging.getLogger("dblog.ha")
+
+
+def default_instance_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class ZooKeeperElection:
+    """A :class:`dblog.spi.LeaderElection`; :meth:`campaign` blocks until elected."""
+
+    def __init__(self, client: KazooClient, paths: ZkPaths, clock: Clock, *,
+                 session_timeout_s: float, instance_id: str | None = None) -> None:
+        self.client = client
+        self.paths = paths
+        self.clock = clock
+        self.instance_id = instance_id or default_instance_id()
+        self.session_timeout_s = session_timeout_s
+        self.lease = Lease(clock, duration_s=session_timeout_s / 2)
+        self._closed = threading.Event()
+        ensure_layout(client, paths)
+        client.add_listener(self._on_state)
+        self._renewer = threading.Thread(target=self._renew_loop, name="dblog-lease", daemon=True)
+        self._renewer.start()
+
+    # -- LeaderElection -------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        return self.lease.epoch
+
+    def is_leader(self) -> bool:
+        return self.lease.valid()
+
+    # -- campaign -------------------------------------------------------------------------
+
+    def campaign(self, stop: threading.Event) -> int | None:
+        """Block until this instance leads (return the epoch) or ``stop`` is set (None)."""
+        self.lease.reset()
+        while not stop.is_set() and not self._closed.is_set():
+            try:
+                epoch = self._try_lead()
+                if epoch is not None:
+                    return epoch
+                self._wait_for_vacancy(stop)
+            except (KazooException, KazooTimeoutError) as exc:
+                log.warning("campaign: ZooKeeper unavailable (%s); retrying", type(exc).__name__)
+                stop.wait(0.5)
+        return None
+
+    def _try_lead(self) -> int | None:
+        _, stat = self.client.get(self.paths.epoch)
+        epoch = int(stat.version) + 1
+        info = {"instance": self.instance_id, "since": time.time(), "epoch": epoch}
+        sent_at = self.clock.monotonic()
+        tx = self.client.transaction()
+        tx.create(self.paths.leader, json.dumps(info).encode(), ephemeral=True)
+        tx.set_data(self.paths.epoch, str(epoch).encode(), version=stat.version)
+        results = tx.commit()
+        if any(isinstance(r, (NodeExistsError, BadVersionError)) for r in results):
+            return None
+        failure = next((r for r in results if isinstance(r, Exception)), None)
+        if failure is not None:
+            raise failure
+        self.lease.acquire(epoch, sent_at)
+        log.info("%s elected leader of %s with epoch %d", self.instance_id, self.paths.base,
+                 epoch)
+        return epoch
+
+    def _wait_for_vacancy(self, stop: threading.Event) -> None:
+        gone = threading.Event()
+        if self.client.exists(self.paths.leader, watch=lambda _event: gone.set()) is None:
+            return
+        while not gone.is_set() and not stop.is_set() and not self._closed.is_set():
+            gone.wait(0.5)
+
+    def resign(self) -> None:
+        """Give up leadership now (a clean stop): delete the znode if this session owns it."""
+        self.lease.lose()
+        try:
+            with classified("resigning"):
+                if self._owned():
+                    self.client.delete(self.paths.leader)
+        except DblogError as exc:
+            log.warning("could not resign cleanly (%s); the session expiry will", exc)
+
+    def close(self) -> None:
+        self._closed.set()
+        self.client.remove_listener(self._on_state)
+
+    # -- keeping the lease ----------------------------------------------------------------
+
+    def _on_state(self, state: str) -> None:
+        # runs in kazoo's thread: no blocking calls here
+        if state == KazooState.SUSPENDED:
+            if self.lease.state is LeaseState.LEADER:
+                log.warning("ZooKeeper connection suspended: emission stops")
+            self.lease.suspend()
+        elif state == KazooState.LOST:
+            if self.lease.held():
+                log.warning("ZooKeeper session lost: leadership is over")
+            self.lease.lose()
+
+    def _owned(self) -> bool:
+        try:
+            _, stat = self.client.get(self.paths.leader)
+        except NoNodeError:
+            return False
+        return bool(stat.ephemeralOwner == self.client.client_id[0])
+
+    def _renew_loop(self) -> None:
+        interval = self.session_timeout_s / 8
+        while not self._closed.wait(interval):
+            state = self.lease.state
+            if state not in (LeaseState.LEADER, LeaseState.SUSPENDED):
+                continue
+            if self.client.state != KazooState.CONNECTED:
+                continue
+            sent_at = self.clock.monotonic()
+            try:
+                owned = self._owned()
+            except (KazooException, KazooTimeoutError) as exc:
+                log.debug("lease renewal failed: %s", exc)
+                continue
+            self._apply_renewal(state, owned, sent_at)
+
+    def _apply_renewal(self, state: LeaseState, owned: bool, sent_at: float) -> None:
+        if state is LeaseState.SUSPENDED:
+            self.lease.reconnected(owned, sent_at)
+            log.warning("ZooKeeper reconnected: leadership %s",
+                        "kept" if owned else "lost")
+        elif owned:
+            self.lease.renew(sent_at)
+        else:
+            log.warning("the leader znode is no longer ours: leadership is over")
+            self.lease.lose()
+
+
+def read_leader(client: KazooClient, paths: ZkPaths) -> dict[str, Any] | None:
+    """The current leader's znode data, or None."""
+    try:
+        raw, _ = client.get(paths.leader)
+    except NoNodeError:
+        return None
+    info: dict[str, Any] = json.loads(raw.decode("utf-8"))
+    return info

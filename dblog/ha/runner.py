@@ -1,0 +1,126 @@
+"""One HA instance: a candidate that, when elected, runs the pipeline from the committed state.
+
+``dblog run`` with ``state.type: zookeeper`` runs :meth:`HaInstance.run`: campaign; when
+elected, build a fresh pipeline (its engine carries this term's epoch), serve queued dump
+requests while it runs; when the lease is suspended the engine stops emitting and the pipeline
+is started again if the same session comes back; when the session is lost the term ends and the
+instance campaigns again. Transient failures restart the pipeline with backoff (only while the
+lease holds); fatal ones stop the instance after it resigned, so a standby takes over.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from dblog.clock import SystemClock
+from dblog.config import PipelineConfig
+from dblog.errors import DblogError, FencedError
+from dblog.ha import requests
+from dblog.ha.election import ZooKeeperElection
+from dblog.ha.zk import ZkPaths, ZooKeeperStateStore, connect
+from dblog.pipeline import Pipeline
+from dblog.spi import Clock
+
+log = logging.getLogger("dblog.ha")
+
+
+class HaInstance:
+    def __init__(self, config: PipelineConfig, *, clock: Clock | None = None) -> None:
+        state = config.state
+        assert state.hosts is not None  # validated by StateConfig
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.client = connect(state.hosts, state.session_timeout_s, state.connect_timeout_s)
+        self.paths = ZkPaths.of(state.root, config.name)
+        self.election = ZooKeeperElection(self.client, self.paths, self.clock,
+                                          session_timeout_s=state.session_timeout_s,
+                                          instance_id=state.instance_id)
+        self.store = ZooKeeperStateStore(self.client, self.paths, fenced=True)
+        self.pipeline: Pipeline | None = None
+        self.terms = 0
+        self._stop = threading.Event()
+
+    def request_stop(self) -> None:
+        """Stop after the current batch (safe from signal handlers)."""
+        self._stop.set()
+        pipeline = self.pipeline
+        if pipeline is not None:
+            pipeline.request_stop()
+
+    def dump(self, tables: list[str] | None = None) -> str:
+        """Queue a dump durably through ZooKeeper (works on a standby too); return its id."""
+        return requests.queue_dump(self.client, self.paths, tables)
+
+    def run(self) -> None:
+        """Campaign and lead until :meth:`request_stop` or a fatal error."""
+        try:
+            while not self._stop.is_set():
+                epoch = self.election.campaign(self._stop)
+                if epoch is None:
+                    break
+                self.terms += 1
+                self._lead(epoch)
+        finally:
+            self.election.resign()
+            self.election.close()
+            self.client.stop()
+            self.client.close()
+
+    def _lead(self, epoch: int) -> None:
+        delay = 1.0
+        lease = self.election.lease
+        while not self._stop.is_set() and lease.held():
+            if not self.election.is_leader():
+                self._stop.wait(0.05)  # suspended or not renewed yet: emit nothing, wait
+                continue
+            try:
+                self._run_term(Pipeline.from_config(self.config, state=self.store,
+                                                    election=self.election, max_restarts=0))
+                delay = 1.0
+            except FencedError as exc:
+                log.warning("epoch %d fenced: %s", epoch, exc)
+                break
+            except DblogError as exc:
+                if not exc.retryable:
+                    log.error("fatal error, giving up leadership: %s", exc)
+                    raise
+                log.warning("transient failure, restarting from the committed state in %.0fs: "
+                            "%s", delay, exc)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 10.0)
+        self.election.resign()
+        log.info("leadership term with epoch %d is over", epoch)
+
+    def _run_term(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
+        done = threading.Event()
+        pump = threading.Thread(target=self._serve_requests, args=(pipeline, done),
+                                name="dblog-requests", daemon=True)
+        pump.start()
+        try:
+            if not self._stop.is_set():
+                pipeline.run()
+        finally:
+            done.set()
+            pump.join(10)
+            self.pipeline = None
+
+    def _serve_requests(self, pipeline: Pipeline, done: threading.Event) -> None:
+        """Move queued dump requests into the state while this term's engine runs."""
+        engine = pipeline.engine
+
+        def submit(request: dict[str, Any]) -> Future[str]:
+            return engine.request_dump(request.get("tables"), table=request.get("table"),
+                                       keys=request.get("keys"), dump_id=request["id"])
+
+        while not done.wait(0.5):
+            if not engine.running.is_set() or not self.election.is_leader():
+                continue
+            try:
+                requests.consume(self.client, self.paths, submit, timeout=30.0)
+            except (DblogError, FutureTimeout) as exc:
+                log.warning("serving dump requests: %s", exc or type(exc).__name__)
