@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(postgresql-15 postgresql-15-wal2json)
+# zookeeper ships the jars only (zookeeperd would add a system service); the harness starts its own
+PACKAGES=(postgresql-15 postgresql-15-wal2json zookeeper default-jre-headless)
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
 
