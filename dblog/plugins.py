@@ -10,7 +10,9 @@ from dblog.config import validate
 from dblog.errors import ConfigError
 
 _BUILTIN = {
-    "dblog.connectors": {"postgres": "dblog.connectors.postgres:PostgresConnector"},
+    "dblog.connectors": {"postgres": "dblog.connectors.postgres:PostgresConnector",
+                         "mysql": "dblog.connectors.mysql:MysqlConnector",
+                         "mariadb": "dblog.connectors.mysql:MysqlConnector"},
     "dblog.outputs": {"jsonl": "dblog.outputs.jsonl:JsonlOutput"},
 }
 

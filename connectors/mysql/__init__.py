@@ -1,0 +1,161 @@
+"""MySQL 5.7/8 and MariaDB 10.5+ source: the binlog through mysql-replication, keyset chunks.
+
+Install with ``pip install dblog[mysql]``. See docs/sources/mysql.md for the set-up.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from dblog.errors import DblogError, FatalSourceError
+from dblog.model import TableId
+from dblog.positions import BinlogPosition, Position
+
+from . import catalog, setup
+from .binlog import MysqlLogReader
+from .chunks import MysqlChunkReader, MysqlWatermarkWriter
+from .db import Endpoint, connect, parse_dsn, query
+from .decoder import BinlogDecoder
+from .flavor import Flavor, detect
+from .setup import Finding
+
+__all__ = ["Finding", "MysqlConfig", "MysqlConnector"]
+
+
+class MysqlConfig(BaseModel):
+    """``source:`` section for ``type: mysql`` (or ``mariadb``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: str = "mysql"
+    dsn: str = Field(description="mysql://user:password@host:port/ of the primary")
+    server_id: int = Field(5401, ge=1, le=2**32 - 1,
+                           description="replica server id of this pipeline; unique per server")
+    tables: list[str] = Field(default_factory=list,
+                              description="captured tables as database.table patterns; "
+                                          "empty: all but the system databases")
+    key_columns: dict[str, list[str]] = Field(
+        default_factory=dict, description="key to use for tables without a primary key")
+    watermark_table: str = "dblog.watermark"
+    heartbeat_s: float = Field(0.1, gt=0, le=30,
+                               description="server heartbeat period while the binlog is idle")
+
+    @field_validator("dsn")
+    @classmethod
+    def _dsn(cls, value: str) -> str:
+        parse_dsn(value)
+        return value
+
+    @field_validator("tables")
+    @classmethod
+    def _tables(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            schema, dot, name = pattern.partition(".")
+            if not dot or not schema or not name or ("*" in schema and schema != "*") or (
+                    "*" in name and name != "*"):
+                raise ValueError(f"{pattern!r}: write database.table, where * may stand only "
+                                 "for a whole database or table name (shop.*, *.orders)")
+        return value
+
+
+class MysqlConnector:
+    """A :class:`dblog.spi.SourceConnector` for MySQL and MariaDB."""
+
+    config_model = MysqlConfig
+
+    def __init__(self, config: MysqlConfig | dict[str, Any], instance: str = "dblog") -> None:
+        self.config = config if isinstance(config, MysqlConfig) else MysqlConfig(**config)
+        self.instance = instance
+        self.endpoint: Endpoint = parse_dsn(self.config.dsn)
+        self.watermark_table = TableId.parse(self.config.watermark_table)
+        self.key_columns = {TableId.parse(t): tuple(c) for t, c in self.config.key_columns.items()}
+        self.report_name = f"dblog-{instance}"
+        self._catalog: Any = None
+        self._flavor: Flavor | None = None
+        self._keys: dict[TableId, tuple[str, ...]] = {}
+
+    @classmethod
+    def from_config(cls, raw: dict[str, Any], instance: str) -> MysqlConnector:
+        return cls(MysqlConfig(**raw), instance)
+
+    def _conn(self) -> Any:
+        if self._catalog is None:
+            self._catalog = connect(self.endpoint)
+        return self._catalog
+
+    def flavor(self) -> Flavor:
+        if self._flavor is None:
+            rows = query(self._conn(), "SELECT VERSION()", doing="reading the server version")
+            version = str(rows[0][0])
+            gtid = None
+            if "mariadb" not in version.lower():
+                gtid = str(query(self._conn(), "SELECT @@GLOBAL.gtid_mode")[0][0])
+            self._flavor = detect(version, gtid)
+        return self._flavor
+
+    def check(self) -> list[Finding]:
+        """What is wrong with the source, with fixes; changes nothing."""
+        conn = self._conn()
+        findings = setup.check_server(conn, self.flavor(), self.config.server_id,
+                                      self.report_name)
+        for table in catalog.list_tables(conn, self.config.tables, self.watermark_table):
+            try:
+                catalog.table_info(conn, table, self.key_columns.get(table))
+            except DblogError as exc:
+                findings.append(Finding("error", exc.message, exc.fix))
+        return findings
+
+    def prepare(self) -> None:
+        conn = self._conn()
+        errors = [f for f in setup.check_server(conn, self.flavor(), self.config.server_id,
+                                                self.report_name) if f.level == "error"]
+        if errors:
+            raise FatalSourceError("; ".join(e.message for e in errors),
+                                   fix="; ".join(e.fix for e in errors if e.fix))
+        setup.ensure_watermark_table(conn, self.watermark_table, self.instance)
+
+    def _key_columns_of(self, table: TableId, fresh: bool) -> tuple[str, ...]:
+        if table in self.key_columns:
+            return self.key_columns[table]
+        if fresh or table not in self._keys:
+            rows = query(self._conn(), catalog.PK_SQL, (table.schema, table.name),
+                         f"reading the primary key of {table}")
+            self._keys[table] = tuple(str(r[0]) for r in rows)
+        return self._keys[table]
+
+    def current_position(self) -> Position:
+        flavor = self.flavor()
+        sql = flavor.current_position_sql()
+        if sql is not None:
+            return flavor.position_from(str(query(self._conn(), sql)[0][0] or ""))
+        rows = query(self._conn(), flavor.status_sql(), doing="reading the binlog position")
+        if not rows:
+            raise FatalSourceError("the binary log is off", fix="set log_bin and restart")
+        return BinlogPosition(str(rows[0][0]), int(rows[0][1]))
+
+    def _only_schemas(self) -> list[str] | None:
+        schemas = {p.partition(".")[0] for p in self.config.tables}
+        if not schemas or "*" in schemas:
+            return None
+        return sorted(schemas | {self.watermark_table.schema})
+
+    def log_reader(self) -> MysqlLogReader:
+        decoder = BinlogDecoder(self.instance, self.watermark_table, self.flavor(),
+                                self.config.tables, self._key_columns_of)
+        return MysqlLogReader(self.endpoint, self.config.server_id, self.flavor(), decoder,
+                              self.current_position, self.config.heartbeat_s,
+                              self._only_schemas(), self.report_name)
+
+    def chunk_reader(self) -> MysqlChunkReader:
+        return MysqlChunkReader(self.endpoint, self.config.tables, self.key_columns,
+                                self.watermark_table)
+
+    def watermark_writer(self) -> MysqlWatermarkWriter:
+        return MysqlWatermarkWriter(self.endpoint, self.watermark_table, self.instance)
+
+    def close(self) -> None:
+        if self._catalog is not None:
+            self._catalog.close()
+            self._catalog = None

@@ -1,0 +1,242 @@
+"""The binlog stream: mysql-replication wrapped in an adapter that owns reconnection,
+positions and transaction boundaries.
+
+Positions: MariaDB GTID positions, MySQL GTID sets, or binlog file and offset (flavor.py). A
+COMMIT (XID event, ``COMMIT`` query, or the end of a DDL statement) carries the position after
+its transaction; resuming from it replays nothing before and skips nothing after.
+
+Reconnection: mysql-replication would reconnect by itself from a position it tracks per event
+(or, with GTIDs, from the position it was started at). The adapter's connection class turns a
+lost connection into :class:`StreamLost` instead, and the reader reconnects once from the last
+commit it handed out; if the connection dropped inside a transaction, the items of it already
+handed out are counted and skipped when the server sends that transaction again, so nothing is
+re-read. If the reconnect fails, the error is retryable and the pipeline restarts from its
+committed state (at-least-once replay from there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pymysql
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import (
+    GtidEvent,
+    HeartbeatLogEvent,
+    MariadbGtidEvent,
+    QueryEvent,
+    RotateEvent,
+    XidEvent,
+)
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+from dblog.errors import RetryableSourceError
+from dblog.model import ChangeEvent, LogItem, Op
+from dblog.positions import BinlogPosition, MariadbGtid, MysqlGtidSet, Position
+
+from .db import Endpoint
+from .decoder import BinlogDecoder
+from .errors import StreamLost, classify
+from .flavor import Flavor
+
+log = logging.getLogger("dblog.connectors.mysql")
+
+MAX_BATCH = 4096
+_LOST = frozenset({2006, 2013})
+_EVENTS = [MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, WriteRowsEvent, UpdateRowsEvent,
+           DeleteRowsEvent, HeartbeatLogEvent, RotateEvent]
+_ROW_OPS = {WriteRowsEvent: Op.INSERT, UpdateRowsEvent: Op.UPDATE, DeleteRowsEvent: Op.DELETE}
+_SKIP_QUERIES = ("SAVEPOINT", "ROLLBACK TO", "XA ", "RELEASE SAVEPOINT")
+
+
+class GuardedConnection(pymysql.connections.Connection):  # type: ignore[misc]
+    """A PyMySQL connection whose lost-connection errors escape mysql-replication's own
+    reconnect loop (see the module docstring)."""
+
+    def _read_packet(self, packet_type: Any = pymysql.connections.MysqlPacket) -> Any:
+        try:
+            return super()._read_packet(packet_type)
+        except pymysql.err.OperationalError as exc:
+            if exc.args and exc.args[0] in _LOST:
+                raise StreamLost(str(exc)) from exc
+            raise
+
+
+def _ts(seconds: int) -> str:
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S+00")
+
+
+class MysqlLogReader:
+    """A :class:`dblog.spi.LogReader` over one binlog connection."""
+
+    def __init__(self, endpoint: Endpoint, server_id: int, flavor: Flavor,
+                 decoder: BinlogDecoder, current_position: Callable[[], Position],
+                 heartbeat_s: float = 0.1, only_schemas: Sequence[str] | None = None,
+                 report_name: str = "dblog") -> None:
+        self.endpoint = endpoint
+        self.server_id = server_id
+        self.flavor = flavor
+        self.decoder = decoder
+        self.current_position = current_position
+        self.heartbeat_s = heartbeat_s
+        self.only_schemas = list(only_schemas) if only_schemas else None
+        self.report_name = report_name
+        self._stream: BinLogStreamReader | None = None
+        self._committed: Position | None = None
+        self._tx_position: Position | None = None
+        self._txid: int | None = None
+        self._ts: str | None = None
+        self._handed = 0  # items of the open transaction handed out
+        self._skip = 0  # items to drop after a reconnect inside a transaction
+
+    # -- connection -----------------------------------------------------------------------
+
+    def start(self, position: Position | None) -> None:
+        self._committed = position if position is not None else self.current_position()
+        self._open()
+
+    def _open(self) -> None:
+        assert self._committed is not None
+        args = self.flavor.stream_arguments(self._committed)
+        try:
+            self._stream = BinLogStreamReader(
+                connection_settings=self.endpoint.replication_settings(),
+                server_id=self.server_id, blocking=True, only_events=_EVENTS,
+                slave_heartbeat=self.heartbeat_s, pymysql_wrapper=GuardedConnection,
+                only_schemas=self.only_schemas, enable_logging=False,
+                report_slave=(self.report_name, self.endpoint.user, "", 0),
+                slave_uuid=str(uuid.uuid5(uuid.NAMESPACE_DNS, self.report_name)), **args)
+        except Exception as exc:
+            raise classify(exc, "opening the binlog stream") from exc
+
+    def _reconnect(self, cause: BaseException) -> None:
+        log.warning("binlog connection lost (%s); reconnecting from %s", cause, self._committed)
+        self._close_stream()
+        self._skip, self._handed = self._handed, 0
+        self._tx_position = self._txid = None
+        self._open()
+
+    def _fetch(self) -> Any:
+        assert self._stream is not None
+        try:
+            return self._stream.fetchone()
+        except StreamLost as exc:
+            self._reconnect(exc)
+        except Exception as exc:
+            raise classify(exc, "reading the binlog") from exc
+        try:
+            return self._stream.fetchone()
+        except Exception as exc:  # a second loss in a row: let the pipeline retry
+            raise classify(exc, "reading the binlog after a reconnect") from exc
+
+    # -- events ---------------------------------------------------------------------------
+
+    def poll(self, timeout: float) -> list[LogItem]:
+        if self._stream is None:
+            raise RetryableSourceError("the binlog stream is not started")
+        items: list[LogItem] = []
+        deadline = time.monotonic() + timeout
+        while len(items) < MAX_BATCH:
+            event = self._fetch()
+            if event is None:
+                raise RetryableSourceError("the server ended the binlog stream")
+            if isinstance(event, HeartbeatLogEvent):
+                if items or time.monotonic() >= deadline:
+                    break
+                continue
+            self._on_event(event, items)
+            if items and time.monotonic() >= deadline:
+                break
+        return items
+
+    def _hand(self, out: list[LogItem], produced: Sequence[LogItem]) -> None:
+        for item in produced:
+            if self._skip > 0:
+                self._skip -= 1
+                continue
+            self._handed += 1
+            out.append(item)
+
+    def _on_event(self, event: Any, out: list[LogItem]) -> None:
+        kind = type(event)
+        op = _ROW_OPS.get(kind)
+        if op is not None:
+            position = self._tx_position or self._file_position(event)
+            self._hand(out, self.decoder.rows(event, op, position, self._txid, self._ts))
+        elif kind is MariadbGtidEvent:
+            assert isinstance(self._committed, MariadbGtid)
+            self._begin(out, self._committed.with_gtid(
+                event.domain_id, event.server_id, event.gtid_seq_no), event.gtid_seq_no, event)
+        elif kind is GtidEvent:
+            assert isinstance(self._committed, MysqlGtidSet)
+            sid, _, gno = event.gtid.partition(":")
+            self._begin(out, self._committed.with_gtid(sid, int(gno)), int(gno), event)
+        elif kind is XidEvent:
+            self._commit(out, event)
+        elif kind is QueryEvent:
+            self._on_query(event, out)
+
+    def _begin(self, out: list[LogItem], position: Position | None, txid: int,
+               event: Any) -> None:
+        self._tx_position, self._txid, self._ts = position, txid, _ts(event.timestamp)
+        self._hand(out, [ChangeEvent(Op.BEGIN, None, txid=txid, commit_ts=self._ts,
+                                     position=position)])
+
+    def _on_query(self, event: Any, out: list[LogItem]) -> None:
+        query = event.query.strip() if isinstance(event.query, str) else \
+            bytes(event.query).decode("utf-8", "replace").strip()
+        upper = query[:20].upper()
+        if upper == "BEGIN":
+            if self._txid is None:  # no GTIDs: the BEGIN query opens the transaction
+                file_position = self._file_position(event)
+                self._begin(out, None, _file_txid(file_position), event)
+            return
+        if upper == "COMMIT":
+            self._commit(out, event)
+            return
+        if upper.startswith(_SKIP_QUERIES):
+            return
+        if self._txid is None:
+            self._begin(out, None, _file_txid(self._file_position(event)), event)
+        schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
+        position = self._tx_position or self._file_position(event)
+        self._hand(out, self.decoder.ddl(query, schema or "", position, self._txid, self._ts))
+        self._commit(out, event)  # DDL commits implicitly
+
+    def _commit(self, out: list[LogItem], event: Any) -> None:
+        position = self._tx_position or self._file_position(event)
+        self._hand(out, [ChangeEvent(Op.COMMIT, None, txid=self._txid, commit_ts=self._ts,
+                                     position=position)])
+        self._committed = position
+        self._tx_position = self._txid = None
+        self._handed = self._skip = 0
+
+    def _file_position(self, event: Any) -> Position:
+        assert self._stream is not None
+        return BinlogPosition(self._stream.log_file or "", int(event.packet.log_pos))
+
+    def acknowledge(self, position: Position) -> None:
+        """Nothing to confirm: the binlog has no slot; its retention must cover downtime."""
+
+    def _close_stream(self) -> None:
+        if self._stream is not None:
+            with contextlib.suppress(Exception):  # closing a dead connection may fail again
+                self._stream.close()
+            self._stream = None
+
+    def close(self) -> None:
+        self._close_stream()
+
+
+def _file_txid(position: Position) -> int:
+    if isinstance(position, BinlogPosition):
+        number = position.file.rpartition(".")[2]
+        return (int(number) if number.isdigit() else 0) << 32 | position.pos
+    return 0

@@ -1,0 +1,200 @@
+"""Keyset chunk SELECTs and watermark writes (steps 2-4 of the algorithm).
+
+Chunk bounds and order come from the server (``ORDER BY`` the key, row-value ``>``), never from
+Python comparisons; key values are normalised under each column's collation (collation.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from dblog.errors import DumpRequestError, FatalSourceError
+from dblog.model import Key, Row, TableId, TableInfo
+from dblog.spi import Chunk
+
+from . import catalog
+from .collation import key_converter
+from .db import DriverError, Endpoint, connect, query, quote
+from .errors import classify
+from .types import dump_converter, identity, key_param, select_expression
+
+RowDecoder = Callable[[tuple[Any, ...]], tuple[Key, Row]]
+
+
+def row_decoder(info: TableInfo) -> RowDecoder:
+    """Raw SELECT tuples to (canonical key, canonical row)."""
+    names = [c.name for c in info.columns]
+    converters = [dump_converter(c.type_name) for c in info.columns]
+    convert_at = [(i, f) for i, f in enumerate(converters) if f is not identity]
+    collations = info.extra.get("collations", {})
+    key_at = []
+    for name in info.key_columns:
+        norm = key_converter(collations.get(name))
+        key_at.append((names.index(name), norm))
+
+    def decode(raw: tuple[Any, ...]) -> tuple[Key, Row]:
+        values = list(raw)
+        for i, convert in convert_at:
+            values[i] = convert(values[i])
+        key = tuple(values[i] if norm is None else norm(values[i]) for i, norm in key_at)
+        return key, dict(zip(names, values, strict=True))
+
+    return decode
+
+
+class _Queries:
+    """The SQL of one table version (its columns), composed once with quoted identifiers."""
+
+    def __init__(self, info: TableInfo) -> None:
+        self.info = info
+        types = {c.name: c.type_name for c in info.columns}
+        self.key_types = [types[k] for k in info.key_columns]
+        table = f"{quote(info.table.schema)}.{quote(info.table.name)}"
+        select = ", ".join(select_expression(c.type_name).format(col=quote(c.name))
+                           + f" AS {quote(c.name)}" for c in info.columns)
+        keys = [f"{table}.{quote(k)}" for k in info.key_columns]
+        self.keys = ", ".join(keys)
+        marks = ", ".join(["%s"] * len(keys))
+        self.base = f"SELECT {select} FROM {table}"
+        if len(keys) == 1:
+            self.above, self.upto = f"{keys[0]} > %s", f"{keys[0]} <= %s"
+            self.one_key = "%s"
+        else:  # the leading column's own bound lets the optimizer use a range on the index
+            self.above = f"{keys[0]} >= %s AND ({self.keys}) > ({marks})"
+            self.upto = f"({self.keys}) <= ({marks})"
+            self.one_key = f"({marks})"
+        self.order = f" ORDER BY {self.keys}"
+        desc = ", ".join(f"{k} DESC" for k in keys)
+        self.max_key = f"{self.base} ORDER BY {desc} LIMIT 1"
+        self.decode = row_decoder(info)
+
+    def params(self, key: Key) -> list[Any]:
+        return [key_param(t, v) for t, v in zip(self.key_types, key, strict=True)]
+
+    def above_params(self, key: Key) -> list[Any]:
+        values = self.params(key)
+        return values if len(values) == 1 else [values[0], *values]
+
+    def chunk(self, after: Key | None, upper: Key | None, limit: int) -> tuple[str, list[Any]]:
+        where, params = [], []
+        if after is not None:
+            where.append(self.above)
+            params += self.above_params(after)
+        if upper is not None:
+            where.append(self.upto)
+            params += self.params(upper)
+        sql = self.base + (" WHERE " + " AND ".join(where) if where else "")
+        return sql + self.order + " LIMIT %s", [*params, limit]
+
+
+class MysqlChunkReader:
+    """A :class:`dblog.spi.ChunkReader`; each chunk SELECT is its own READ COMMITTED
+    transaction (autocommit), so it starts after the low watermark committed."""
+
+    def __init__(self, endpoint: Endpoint, patterns: Sequence[str],
+                 key_columns: Mapping[TableId, tuple[str, ...]],
+                 watermark_table: TableId | None = None) -> None:
+        self.conn = connect(endpoint)
+        query(self.conn, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        self.patterns = list(patterns)
+        self.key_columns = dict(key_columns)
+        self.watermark_table = watermark_table
+        self._queries: dict[TableId, _Queries] = {}
+
+    def list_tables(self) -> list[TableId]:
+        return catalog.list_tables(self.conn, self.patterns, self.watermark_table)
+
+    def table_info(self, table: TableId, key_columns: Sequence[str] | None = None) -> TableInfo:
+        if table == self.watermark_table or not catalog.matches(table, self.patterns):
+            raise DumpRequestError(f"table {table} is not captured by this pipeline",
+                                   fix=f"add it to source.tables (now {self.patterns})")
+        info = catalog.table_info(self.conn, table, key_columns or self.key_columns.get(table))
+        self._queries[table] = _Queries(info)
+        return info
+
+    def _q(self, info: TableInfo) -> _Queries:
+        q = self._queries.get(info.table)
+        if q is None or q.info.columns != info.columns or q.info.key_columns != info.key_columns:
+            q = self._queries[info.table] = _Queries(info)
+        return q
+
+    def _rows(self, q: _Queries, sql: str, params: Sequence[Any], what: str) -> list[Any]:
+        try:
+            with self.conn.cursor() as cur:
+                cur.execute(sql, params)
+                return [q.decode(r) for r in cur.fetchall()]
+        except DriverError as exc:
+            raise classify(exc, what) from exc
+
+    def max_key(self, info: TableInfo) -> Key | None:
+        q = self._q(info)
+        rows = self._rows(q, q.max_key, (), f"reading the maximum key of {info.table}")
+        return rows[0][0] if rows else None
+
+    def read_chunk(self, info: TableInfo, after: Key | None, upper: Key | None,
+                   limit: int) -> Chunk:
+        q = self._q(info)
+        sql, params = q.chunk(after, upper, limit)
+        return Chunk(self._rows(q, sql, params, f"reading a chunk of {info.table}"))
+
+    def read_keys(self, info: TableInfo, keys: Sequence[Key]) -> Chunk:
+        if not keys:
+            return Chunk([])
+        q = self._q(info)
+        sql = f"{q.base} WHERE ({q.keys}) IN ({', '.join([q.one_key] * len(keys))}){q.order}"
+        params = [p for key in keys for p in q.params(key)]
+        return Chunk(self._rows(q, sql, params, f"reading keys of {info.table}"))
+
+    def parse_key(self, info: TableInfo, values: Sequence[object]) -> Key:
+        if isinstance(values, (str, bytes)) or len(values) != len(info.key_columns):
+            raise DumpRequestError(
+                f"a key of {info.table} has {len(info.key_columns)} value(s) "
+                f"({', '.join(info.key_columns)}), got {values!r}")
+        types = {c.name: c.type_name for c in info.columns}
+        collations = info.extra.get("collations", {})
+        key = []
+        try:
+            for name, value in zip(info.key_columns, values, strict=True):
+                key.append(_parse_value(types[name], collations.get(name), value))
+        except (TypeError, ValueError) as exc:
+            raise DumpRequestError(f"malformed key {values!r} for {info.table}: {exc}") from exc
+        return tuple(key)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _parse_value(column_type: str, collation: str | None, value: object) -> object:
+    if value is None:
+        return None
+    convert = dump_converter(column_type)
+    if convert is identity:
+        return int(str(value))
+    if collation is None:
+        return convert(value)
+    norm = key_converter(collation)
+    return str(value) if norm is None else norm(str(value))
+
+
+class MysqlWatermarkWriter:
+    """Updates this instance's row of the watermark table, each write its own transaction."""
+
+    def __init__(self, endpoint: Endpoint, table: TableId, instance: str) -> None:
+        self.conn = connect(endpoint)
+        self.instance = instance
+        self.sql = (f"UPDATE {quote(table.schema)}.{quote(table.name)} "
+                    "SET value = %s, updated_at = NOW(6) WHERE name = %s")
+
+    def write(self, value: str) -> None:
+        try:
+            with self.conn.cursor() as cur:
+                changed = cur.execute(self.sql, (value, self.instance))
+        except DriverError as exc:
+            raise classify(exc, "writing the watermark") from exc
+        if changed != 1:
+            raise FatalSourceError(f"watermark row for instance {self.instance!r} is missing",
+                                   fix="restart the pipeline: prepare() creates it")
+
+    def close(self) -> None:
+        self.conn.close()

@@ -1,0 +1,58 @@
+"""Driver errors (mysqlclient, PyMySQL, mysql-replication) classified once into dblog's tree."""
+
+from __future__ import annotations
+
+from dblog.errors import DblogError, DumpRequestError, FatalSourceError, RetryableSourceError
+
+# connection lost or refused, server going away or shutting down, connection killed,
+# deadlock and lock wait timeout, query interrupted
+RETRYABLE_CODES = frozenset({2002, 2003, 2006, 2013, 2055, 1040, 1053, 1077, 1152, 1158,
+                             1159, 1160, 1161, 1205, 1213, 1317, 1927, 4031})
+_AUTH = frozenset({1044, 1045, 1049, 1698})
+_RIGHTS = frozenset({1142, 1143, 1227, 1370})
+
+
+class StreamLost(Exception):
+    """The binlog connection dropped (raised by the adapter's connection wrapper instead of
+    letting mysql-replication reconnect on its own from a position it cannot know is safe)."""
+
+
+def error_code(exc: BaseException) -> int | None:
+    args = getattr(exc, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def classify(exc: BaseException, doing: str) -> DblogError:
+    """The dblog error for a driver error raised while ``doing`` something."""
+    if isinstance(exc, DblogError):
+        return exc
+    code = error_code(exc)
+    text = str(exc.args[1]) if code is not None and len(exc.args) > 1 else str(exc)
+    if isinstance(exc, (StreamLost, ConnectionError, TimeoutError)) or code in RETRYABLE_CODES:
+        return RetryableSourceError(f"{doing}: {text}")
+    if code in _AUTH:
+        return FatalSourceError(f"{doing}: {text}",
+                                fix="check source.dsn (host, port, user, password, database) "
+                                    "and the user's host grants")
+    if code in _RIGHTS:
+        return FatalSourceError(f"{doing}: {text}",
+                                fix="GRANT SELECT, REPLICATION SLAVE, REPLICATION CLIENT (MariaDB: "
+                                    "BINLOG MONITOR) ON *.* TO <dblog user>; see "
+                                    "docs/sources/mysql.md")
+    if code == 1146:
+        return DumpRequestError(f"{doing}: {text}", fix="check the table name (database.table)")
+    if code == 1236:
+        return _binlog_error(doing, text)
+    return FatalSourceError(f"{doing}: {text}")
+
+
+def _binlog_error(doing: str, text: str) -> DblogError:
+    lowered = text.lower()
+    if "server_id" in lowered or "server-id" in lowered or "same server" in lowered:
+        return FatalSourceError(f"{doing}: {text}",
+                                fix="give this pipeline a source.server_id that no replica or "
+                                    "other pipeline of this server uses")
+    return FatalSourceError(
+        f"{doing}: the server cannot send the binlog from the committed position ({text})",
+        fix="the binlog was purged past the committed position (raise binlog_expire_logs_seconds "
+            "/ expire_logs_days); remove the state and request a full dump to start over")

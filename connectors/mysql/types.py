@@ -1,0 +1,190 @@
+"""Canonical values for MySQL/MariaDB columns, identical for chunk rows and binlog events.
+
+The chunk SELECT (mysqlclient or PyMySQL, text protocol, session ``time_zone='+00:00'``) and the
+binlog decoder (mysql-replication) hand over Python values of different shapes; one converter
+per column kind turns either into the canonical value:
+
+===========================================  =============================================
+MySQL / MariaDB type                         canonical JSON value
+===========================================  =============================================
+TINYINT..BIGINT (signed or UNSIGNED), YEAR   integer (full unsigned range)
+DECIMAL                                      string with the column's scale (``"1.50"``)
+FLOAT                                        number, the shortest decimal that reads back as
+                                             the same 32-bit float (``0.1``)
+DOUBLE                                       number
+DATE                                         ``"YYYY-MM-DD"``; zero dates become null
+DATETIME, TIMESTAMP                          ``"YYYY-MM-DD HH:MM:SS[.ffffff]"`` (TIMESTAMP in
+                                             UTC; the fraction only when non-zero)
+TIME                                         ``"[-]HH:MM:SS[.ffffff]"`` (hours may exceed 24)
+CHAR, VARCHAR, TEXT (any charset)            string (CHAR without trailing pad spaces)
+BINARY, VARBINARY, BLOB                      lowercase hex string (BINARY(n) keeps its zero
+                                             padding)
+ENUM                                         string (the label)
+SET                                          string, labels joined by commas in definition
+                                             order
+JSON                                         string: the document text (MariaDB stores it
+                                             verbatim); MySQL 8 see ``flavor.py``
+BIT(n)                                       integer
+UUID as CHAR(36) / BINARY(16)                string / 32 hex digits (as the column type says)
+===========================================  =============================================
+"""
+
+from __future__ import annotations
+
+import datetime
+import struct
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+Converter = Callable[[Any], Any]
+
+INT_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year"})
+TEXT_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
+BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
+TEMPORAL_TYPES = frozenset({"date", "datetime", "timestamp", "time"})
+_F32 = struct.Struct("<f")
+
+
+def identity(value: Any) -> Any:
+    return value
+
+
+def to_decimal(value: Any) -> Any:
+    if value is None:
+        return None
+    return format(value if isinstance(value, Decimal) else Decimal(str(value)), "f")
+
+
+def to_float32(value: Any) -> Any:
+    """The shortest decimal that packs to the same 32-bit float."""
+    if value is None:
+        return None
+    packed = _F32.pack(float(value))
+    exact = _F32.unpack(packed)[0]
+    for digits in range(6, 10):
+        short = float(f"{exact:.{digits}g}")
+        if _F32.pack(short) == packed:
+            return short
+    return exact
+
+
+def to_float(value: Any) -> Any:
+    return None if value is None else float(value)
+
+
+def to_date(value: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return _zero_to_none(value)
+    return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
+
+
+def to_datetime(value: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return _zero_to_none(value)
+    text = (f"{value.year:04d}-{value.month:02d}-{value.day:02d} "
+            f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}")
+    return f"{text}.{value.microsecond:06d}" if value.microsecond else text
+
+
+def _zero_to_none(value: str | None) -> str | None:
+    return None if value is None or value.startswith("0000-00-00") else value
+
+
+def to_time(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, datetime.time):
+        value = datetime.timedelta(hours=value.hour, minutes=value.minute,
+                                   seconds=value.second, microseconds=value.microsecond)
+    micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+    sign = "-" if micros < 0 else ""
+    seconds, fraction = divmod(abs(micros), 1_000_000)
+    hours, rest = divmod(seconds, 3600)
+    text = f"{sign}{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
+    return f"{text}.{fraction:06d}" if fraction else text
+
+
+def to_hex(value: Any) -> Any:
+    if value is None:
+        return None
+    return (value.encode("latin-1") if isinstance(value, str) else bytes(value)).hex()
+
+
+def padded_hex(length: int) -> Converter:
+    """BINARY(n): the binlog drops trailing zero bytes, the SELECT keeps them."""
+    def convert(value: Any) -> Any:
+        if value is None:
+            return None
+        raw = value.encode("latin-1") if isinstance(value, str) else bytes(value)
+        return raw.ljust(length, b"\0").hex()
+
+    return convert
+
+
+def to_bit(value: Any) -> Any:
+    if value is None or isinstance(value, int):
+        return value
+    if isinstance(value, str):  # mysql-replication: "0101"
+        return int(value, 2) if value else 0
+    return int.from_bytes(value, "big")
+
+
+def to_text(value: Any) -> Any:
+    if value is None or type(value) is str:
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8")
+    return str(value)
+
+
+def set_converter(labels: tuple[str, ...] | None) -> Converter:
+    """SET values: the binlog gives a Python set, the SELECT a comma-joined string."""
+    order = {label: i for i, label in enumerate(labels or ())}
+
+    def convert(value: Any) -> Any:
+        if value is None or isinstance(value, str):
+            return value
+        return ",".join(sorted(value, key=lambda label: order.get(label, len(order))))
+
+    return convert
+
+
+def base_type(column_type: str) -> str:
+    """``int(10) unsigned`` -> ``int``; ``enum('a','b')`` -> ``enum``."""
+    return column_type.split("(", 1)[0].split(" ", 1)[0].strip().lower()
+
+
+def dump_converter(column_type: str) -> Converter:
+    """The converter for a value the chunk SELECT returned (see :func:`select_expression`)."""
+    name = base_type(column_type)
+    if name in INT_TYPES:
+        return identity
+    converters: dict[str, Converter] = {
+        "decimal": to_decimal, "numeric": to_decimal, "float": to_float32, "double": to_float,
+        "real": to_float, "date": to_date, "datetime": to_datetime, "timestamp": to_datetime,
+        "time": to_time, "bit": to_bit, "json": to_text, "enum": to_text, "set": to_text,
+    }
+    if name in converters:
+        return converters[name]
+    if name in BINARY_TYPES:
+        return to_hex
+    return to_text
+
+
+def select_expression(column_type: str) -> str:
+    """SQL for a column (``{col}`` is the quoted name) whose value converts exactly: FLOAT is
+    widened to DOUBLE (its text form has only 6 digits)."""
+    if base_type(column_type) == "float":
+        return "CAST({col} AS DOUBLE)"
+    return "{col}"
+
+
+def key_param(column_type: str, value: Any) -> Any:
+    """A canonical key value as a query parameter."""
+    if value is None:
+        return None
+    name = base_type(column_type)
+    if name in BINARY_TYPES:
+        return bytes.fromhex(value)
+    return value
