@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from dblog.model import ROW_OPS, TABLE_OPS, ChangeEvent, Key, RowImage, TableId
+from dblog.model import ROW_OPS, TABLE_OPS, ChangeEvent, Key, Op, RowImage, TableId
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +108,10 @@ def on_change(window: ChunkWindow, event: ChangeEvent) -> ChunkWindow:
     """Apply the drop rule for one log event."""
     if event.table != window.table or window.discarded:
         return window
+    if event.op is Op.SCHEMA:
+        # even before L: a chunk SELECT that ran after the DDL may still have used the columns
+        # the reader knew before it (the DDL reaches the log reader later); read it again
+        return replace(window, rows={}, discarded=True, dropped=window.dropped + len(window.rows))
     if not window.low_seen and event.txid not in window.pending_txids:
         return window
     if event.op in TABLE_OPS:

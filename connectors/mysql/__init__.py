@@ -75,6 +75,7 @@ class MysqlConnector:
         self._catalog: Any = None
         self._flavor: Flavor | None = None
         self._keys: dict[TableId, tuple[str, ...]] = {}
+        self.schema_versions: dict[TableId, int] = {}  # bumped by DDL seen in the binlog
 
     @classmethod
     def from_config(cls, raw: dict[str, Any], instance: str) -> MysqlConnector:
@@ -117,6 +118,8 @@ class MysqlConnector:
         setup.ensure_watermark_table(conn, self.watermark_table, self.instance)
 
     def _key_columns_of(self, table: TableId, fresh: bool) -> tuple[str, ...]:
+        if fresh:
+            self.schema_versions[table] = self.schema_versions.get(table, 0) + 1
         if table in self.key_columns:
             return self.key_columns[table]
         if fresh or table not in self._keys:
@@ -150,7 +153,7 @@ class MysqlConnector:
 
     def chunk_reader(self) -> MysqlChunkReader:
         return MysqlChunkReader(self.endpoint, self.config.tables, self.key_columns,
-                                self.watermark_table)
+                                self.watermark_table, self.schema_versions)
 
     def watermark_writer(self) -> MysqlWatermarkWriter:
         return MysqlWatermarkWriter(self.endpoint, self.watermark_table, self.instance)

@@ -46,8 +46,9 @@ def row_decoder(info: TableInfo) -> RowDecoder:
 class _Queries:
     """The SQL of one table version (its columns), composed once with quoted identifiers."""
 
-    def __init__(self, info: TableInfo) -> None:
+    def __init__(self, info: TableInfo, version: int) -> None:
         self.info = info
+        self.version = version
         types = {c.name: c.type_name for c in info.columns}
         self.key_types = [types[k] for k in info.key_columns]
         table = f"{quote(info.table.schema)}.{quote(info.table.name)}"
@@ -94,12 +95,14 @@ class MysqlChunkReader:
 
     def __init__(self, endpoint: Endpoint, patterns: Sequence[str],
                  key_columns: Mapping[TableId, tuple[str, ...]],
-                 watermark_table: TableId | None = None) -> None:
+                 watermark_table: TableId | None = None,
+                 schema_versions: Mapping[TableId, int] | None = None) -> None:
         self.conn = connect(endpoint)
         query(self.conn, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         self.patterns = list(patterns)
         self.key_columns = dict(key_columns)
         self.watermark_table = watermark_table
+        self.schema_versions = schema_versions if schema_versions is not None else {}
         self._queries: dict[TableId, _Queries] = {}
 
     def list_tables(self) -> list[TableId]:
@@ -109,14 +112,19 @@ class MysqlChunkReader:
         if table == self.watermark_table or not catalog.matches(table, self.patterns):
             raise DumpRequestError(f"table {table} is not captured by this pipeline",
                                    fix=f"add it to source.tables (now {self.patterns})")
+        version = self.schema_versions.get(table, 0)
         info = catalog.table_info(self.conn, table, key_columns or self.key_columns.get(table))
-        self._queries[table] = _Queries(info)
+        self._queries[table] = _Queries(info, version)
         return info
 
     def _q(self, info: TableInfo) -> _Queries:
+        """The table's queries, with the columns read again after the log reader saw a DDL
+        statement for it (the engine's TableInfo may predate it)."""
+        version = self.schema_versions.get(info.table, 0)
         q = self._queries.get(info.table)
-        if q is None or q.info.columns != info.columns or q.info.key_columns != info.key_columns:
-            q = self._queries[info.table] = _Queries(info)
+        if q is None or q.version != version or q.info.key_columns != info.key_columns:
+            fresh = catalog.table_info(self.conn, info.table, info.key_columns)
+            q = self._queries[info.table] = _Queries(fresh, version)
         return q
 
     def _rows(self, q: _Queries, sql: str, params: Sequence[Any], what: str) -> list[Any]:

@@ -225,3 +225,9 @@ def test_pending_transactions_of_another_table_do_not_evict() -> None:
     event = ev(Op.DELETE, 1, table=OTHER)
     event.txid = 7
     assert keys_of(on_change(w, event)) == [1]
+
+
+def test_a_schema_change_discards_the_chunk_even_before_the_low_watermark() -> None:
+    # the SELECT may have run after the DDL with the columns known before it
+    w = on_change(window(1, 2, 3), ev(Op.SCHEMA))
+    assert w.discarded and keys_of(w) == []
