@@ -144,6 +144,8 @@ class MysqlLogReader:
         items: list[LogItem] = []
         deadline = time.monotonic() + timeout
         while len(items) < MAX_BATCH:
+            if items and not self._readable():
+                break  # return what we have rather than wait for the next event
             event = self._fetch()
             if event is None:
                 raise RetryableSourceError("the server ended the binlog stream")
@@ -155,6 +157,22 @@ class MysqlLogReader:
             if items and time.monotonic() >= deadline:
                 break
         return items
+
+    def _readable(self) -> bool:
+        """Whether the next binlog packet is already buffered or on the socket (a peek with the
+        socket non-blocking for a moment). An EOF reads as not readable: the next fetch fails."""
+        conn = getattr(self._stream, "_stream_connection", None)
+        sock, rfile = getattr(conn, "_sock", None), getattr(conn, "_rfile", None)
+        if sock is None or rfile is None:
+            return True
+        timeout = sock.gettimeout()
+        sock.settimeout(0.0)
+        try:
+            return bool(rfile.peek(1))
+        except OSError:
+            return False
+        finally:
+            sock.settimeout(timeout)
 
     def _hand(self, out: list[LogItem], produced: Sequence[LogItem]) -> None:
         for item in produced:
@@ -186,6 +204,7 @@ class MysqlLogReader:
     def _begin(self, out: list[LogItem], position: Position | None, txid: int,
                event: Any) -> None:
         self._tx_position, self._txid, self._ts = position, txid, _ts(event.timestamp)
+        self._handed = 0  # a transaction left open (nothing of it captured) is abandoned
         self._hand(out, [ChangeEvent(Op.BEGIN, None, txid=txid, commit_ts=self._ts,
                                      position=position)])
 

@@ -32,7 +32,7 @@ class Endpoint:
     def replication_settings(self) -> dict[str, Any]:
         """mysql-replication's connection settings."""
         return {"host": self.host, "port": self.port, "user": self.user,
-                "passwd": self.password, "charset": "utf8mb4"}
+                "password": self.password, "charset": "utf8mb4"}
 
 
 def parse_dsn(dsn: str) -> Endpoint:

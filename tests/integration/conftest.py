@@ -71,3 +71,6 @@ def _drop_slot(admin: psycopg.Connection, slot: str) -> None:
 def _with_dbname(dsn: str, name: str) -> str:
     parts = [p for p in dsn.split() if not p.startswith("dbname=")]
     return " ".join([*parts, f"dbname={name}"])
+
+
+from tests.integration.mysql_fixtures import maria_admin_dsn, maria_dsn  # noqa: E402, F401

@@ -1,10 +1,13 @@
-"""A random concurrent workload on three tables (integer, composite and UUID keys)."""
+"""A random concurrent workload on three tables (integer, composite and UUID keys), in the
+PostgreSQL dialect and, with ``dialect="mariadb"``, the MariaDB one."""
 
 from __future__ import annotations
 
 import random
 import threading
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
@@ -27,7 +30,40 @@ def uid(n: int) -> str:
     return str(uuid.uuid5(NS, str(n)))
 
 
-def create_schema(dsn: str, rows: int) -> None:
+MARIA_SCHEMA = [
+    "CREATE SEQUENCE ver_seq",
+    "CREATE TABLE t_int (id int PRIMARY KEY, ver bigint NOT NULL, v text, amount decimal(10,2))",
+    "CREATE TABLE t_comp (a int, b varchar(10), ver bigint NOT NULL, v text, PRIMARY KEY (a, b))",
+    "CREATE TABLE t_uuid (id char(36) PRIMARY KEY, ver bigint NOT NULL, v text, "
+    "ts timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))",
+    "INSERT INTO t_int SELECT seq, nextval(ver_seq), concat('init', seq), seq / 7.0 "
+    "FROM seq_1_to_{n}",
+    "INSERT INTO t_comp SELECT seq % 100, concat('x', seq DIV 100), nextval(ver_seq), 'init' "
+    "FROM seq_1_to_{n}",
+]
+
+
+def maria_connect(dsn: str, autocommit: bool = True) -> Any:
+    import pymysql
+
+    from dblog.connectors.mysql.db import parse_dsn
+
+    e = parse_dsn(dsn)
+    return pymysql.connect(host=e.host, port=e.port, user=e.user, password=e.password,
+                           database=e.database or None, autocommit=autocommit,
+                           charset="utf8mb4")
+
+
+def create_schema(dsn: str, rows: int, dialect: str = "postgres") -> None:
+    if dialect == "mariadb":
+        conn = maria_connect(dsn)
+        with conn.cursor() as cur:
+            for statement in MARIA_SCHEMA:
+                cur.execute(statement.format(n=rows))
+            cur.executemany("INSERT INTO t_uuid (id, ver, v) VALUES (%s, nextval(ver_seq), 'i')",
+                            [(uid(i),) for i in range(rows // 2)])
+        conn.close()
+        return
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(SCHEMA.format(n=rows))
         with conn.cursor() as cur:
@@ -71,11 +107,24 @@ def _statement(rng: random.Random, rows: int) -> tuple[str, tuple[object, ...]]:
             "DO UPDATE SET ver = nextval('ver_seq')"), (key,)
 
 
+def _maria_statement(rng: random.Random, rows: int) -> tuple[str, tuple[object, ...]]:
+    """The PostgreSQL statement translated: nextval(ver_seq), ON DUPLICATE KEY UPDATE."""
+    sql, params = _statement(rng, rows)
+    sql = sql.replace("nextval('ver_seq')", "nextval(ver_seq)").replace(
+        "md5(random()::text)", "md5(rand())")
+    head, sep, _ = sql.partition(" ON CONFLICT")
+    if sep:
+        update = sql.split("DO UPDATE SET ", 1)[1].replace("nextval('ver_seq')", "nextval(ver_seq)")
+        sql = f"{head} ON DUPLICATE KEY UPDATE {update}"
+    return sql, params
+
+
 class Writers:
     """``count`` threads running random 1-4 statement transactions until stopped."""
 
-    def __init__(self, dsn: str, rows: int, count: int = 3, seed: int = 1) -> None:
-        self.dsn, self.rows = dsn, rows
+    def __init__(self, dsn: str, rows: int, count: int = 3, seed: int = 1,
+                 dialect: str = "postgres") -> None:
+        self.dsn, self.rows, self.dialect = dsn, rows, dialect
         self.stop_event = threading.Event()
         self.committed = 0
         self.errors: list[BaseException] = []
@@ -96,6 +145,9 @@ class Writers:
             thread.join(30)
 
     def _run(self, seed: int) -> None:
+        if self.dialect == "mariadb":
+            self._run_maria(seed, _maria_statement)
+            return
         rng = random.Random(seed)
         try:
             with psycopg.connect(self.dsn) as conn:
@@ -107,5 +159,28 @@ class Writers:
                         self.committed += 1
                     except (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected):
                         pass
+        except BaseException as exc:  # surfaced by the test
+            self.errors.append(exc)
+
+    def _run_maria(self, seed: int,
+                   statement: Callable[[random.Random, int], tuple[str, tuple[object, ...]]]
+                   ) -> None:
+        import pymysql
+
+        rng = random.Random(seed)
+        try:
+            conn = maria_connect(self.dsn, autocommit=False)
+            with conn.cursor() as cur:
+                while not self.stop_event.is_set():
+                    try:
+                        for _ in range(rng.randint(1, 4)):
+                            cur.execute(*statement(rng, self.rows))
+                        conn.commit()
+                        self.committed += 1
+                    except (pymysql.err.IntegrityError, pymysql.err.OperationalError) as exc:
+                        conn.rollback()
+                        if exc.args[0] not in (1062, 1213, 1205):
+                            raise
+            conn.close()
         except BaseException as exc:  # surfaced by the test
             self.errors.append(exc)
