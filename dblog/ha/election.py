@@ -95,11 +95,14 @@ class ZooKeeperElection:
         return epoch
 
     def _wait_for_vacancy(self, stop: threading.Event) -> None:
+        """Wait for the leader znode to go, at most a second: a watch set by a session that
+        expires meanwhile never fires, so the campaign loop looks again regularly."""
         gone = threading.Event()
         if self.client.exists(self.paths.leader, watch=lambda _event: gone.set()) is None:
             return
-        while not gone.is_set() and not stop.is_set() and not self._closed.is_set():
-            gone.wait(0.5)
+        deadline = self.clock.monotonic() + 1.0
+        while not gone.is_set() and not stop.is_set() and self.clock.monotonic() < deadline:
+            gone.wait(0.1)
 
     def resign(self) -> None:
         """Give up leadership now (a clean stop): delete the znode if this session owns it."""

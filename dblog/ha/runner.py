@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+from kazoo.client import KazooClient
+
 from dblog.clock import SystemClock
 from dblog.config import PipelineConfig
-from dblog.errors import DblogError, FencedError
+from dblog.errors import DblogError, FencedError, RetryableStateError
 from dblog.ha import requests
 from dblog.ha.election import ZooKeeperElection
 from dblog.ha.zk import ZkPaths, ZooKeeperStateStore, connect
@@ -34,7 +37,8 @@ class HaInstance:
         assert state.hosts is not None  # validated by StateConfig
         self.config = config
         self.clock = clock or SystemClock()
-        self.client = connect(state.hosts, state.session_timeout_s, state.connect_timeout_s)
+        self.client = self._connect(state.hosts, state.session_timeout_s,
+                                    state.connect_timeout_s)
         self.paths = ZkPaths.of(state.root, config.name)
         self.election = ZooKeeperElection(self.client, self.paths, self.clock,
                                           session_timeout_s=state.session_timeout_s,
@@ -43,6 +47,18 @@ class HaInstance:
         self.pipeline: Pipeline | None = None
         self.terms = 0
         self._stop = threading.Event()
+
+    @staticmethod
+    def _connect(hosts: str, session_s: float, timeout_s: float) -> KazooClient:
+        """Connect, retrying while ZooKeeper is unavailable (it may start after dblog)."""
+        delay = 1.0
+        while True:
+            try:
+                return connect(hosts, session_s, timeout_s)
+            except RetryableStateError as exc:
+                log.warning("%s; retrying in %.0fs", exc.message, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 30.0)
 
     def request_stop(self) -> None:
         """Stop after the current batch (safe from signal handlers)."""
