@@ -86,7 +86,9 @@ def test_three_instances_sigkill_the_leader_mid_dump_repeatedly(
     assert kills_mid_dump == 3, f"only {kills_mid_dump} kills hit the running dump"
     assert len(set(leaders)) == 4, leaders
     assert status["leader"]["instance"] == leaders[-1]
-    assert status["epoch"] == 4 and status["state_epoch"] == 4 and status["leader"]["epoch"] == 4
+    # one election per kill at least (more only if a starved leader's session expired)
+    assert status["epoch"] >= 4
+    assert status["leader"]["epoch"] == status["state_epoch"] == status["epoch"]
     events = check_output(cluster.out, pg_dsn, TABLES)
     twice = keys_read_twice(events)
     assert not twice, f"{len(twice)} keys were dumped twice (restarted, not resumed): {twice[:3]}"
