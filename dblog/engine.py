@@ -128,6 +128,7 @@ class Engine:
         self._recent = RecentTransactions(self.settings.recent_keys)
         self._next_chunk_at = 0.0
         self._stop = threading.Event()
+        self._jobs_this_turn = 0
         self.running = threading.Event()
 
     # -- control (any thread) -------------------------------------------------------------
@@ -231,6 +232,7 @@ class Engine:
         self.delivery.resume(state, None if stored is None else stored.version)
         self._open, self._tx, self._tables = None, _Transaction(), {}
         self._staged = None
+        self._jobs_this_turn = 0
         self._recent = RecentTransactions(self.settings.recent_keys)
         if stored is None:
             self.delivery.save(state)
@@ -248,13 +250,16 @@ class Engine:
         clock, settings = self.clock, self.settings
         last_commit = last_heartbeat = last_progress = clock.monotonic()
         while not self._stop.is_set():
+            self._jobs_this_turn = 0
             self._apply_commands()
             if not self.election.is_leader():
                 log.warning("leadership lost: stopping emission")
                 raise LeadershipLost("leadership lost: stopped emitting")
             if self._open is None and self._staged is None:
                 self._maybe_start_chunk()
-            elif self._staged is not None and self._staged.future.done() \
+            elif self._staged is None:
+                self._read_ahead()
+            elif self._open is None and self._staged is not None and self._staged.future.done() \
                     and self._staged.future.exception() is not None:
                 self._materialize()  # raises the job's error
             started = clock.monotonic()
@@ -299,7 +304,8 @@ class Engine:
             self._boundary_seq = self.delivery.last_seq
             self.delivery.mark(item.position)
         else:
-            if self._staged is not None and item.table == self._staged.plan.table:
+            if self._open is None and self._staged is not None \
+                    and item.table == self._staged.plan.table:
                 self._materialize()  # its pending transactions may evict rows already
             if self._open is not None:
                 self._open.window = on_change(self._open.window, item)
@@ -315,6 +321,10 @@ class Engine:
 
     def _on_watermark(self, mark: Watermark) -> None:
         if self._staged is not None and mark.value == self._staged.low:
+            if self._open is not None:  # windows are written one after the other
+                raise FatalSourceError(
+                    f"the high watermark of a chunk of {self._open.plan.table} was not seen "
+                    "before the next chunk's low watermark")
             self._materialize()
         if self._open is None:
             return
@@ -329,6 +339,9 @@ class Engine:
         window, plan = chunk.window, chunk.plan
         self._next_chunk_at = self.clock.monotonic() + self.knobs.chunk_delay_s
         dump = self.live.get(plan.dump_id)
+        counts = dump is not None and dump.state in dumpops.ACTIVE_STATES and not window.discarded
+        if not counts and self._staged is not None and self._staged.plan.dump_id == plan.dump_id:
+            self._staged = None  # read ahead of a chunk that does not count
         if dump is None or dump.state not in dumpops.ACTIVE_STATES:
             return
         if window.discarded:
@@ -422,13 +435,14 @@ class Engine:
         limit = self.knobs.chunk_size
         future = self._runner.submit(partial(self._read_chunk, plan, info, low, high, limit))
         self._staged = _ChunkJob(plan, info, low, high, limit, future)
+        self._jobs_this_turn += 1  # I4: inline, at most one chunk is read per loop turn
 
     def _prefetch(self) -> None:
         """Submit the next plain chunk now. Starting a table or finishing a dump records state,
         which must wait until this chunk's rows are emitted, so those wait for the loop."""
         dump = self.live.active()
         plan = None if dump is None else dumpops.next_chunk(dump, self.knobs.chunk_size)
-        if plan is None or plan.needs_start or self._staged is not None:
+        if plan is None or plan.needs_start or not self._may_read_ahead():
             return
         try:
             self._open_chunk(plan)
@@ -465,6 +479,31 @@ class Engine:
         window = self._guard_forwarded(
             open_window(job.plan.table, job.low, job.high, chunk.rows, chunk.pending_txids), chunk)
         self._open = _OpenChunk(job.plan, window, len(chunk.rows), job.limit)
+        if self.settings.chunk_worker:
+            self._read_ahead()  # keep the worker busy while this window waits for H
+
+    def _may_read_ahead(self) -> bool:
+        """Nothing staged, no delay asked for, and (inline, I4) no chunk read this turn yet."""
+        return self._staged is None and self.knobs.chunk_delay_s == 0 and (
+            self.settings.chunk_worker or not self._jobs_this_turn)
+
+    def _read_ahead(self) -> None:
+        """Submit the chunk after the open one, so the worker reads it while the window waits
+        for its high watermark (the worker writes its L after this chunk's H)."""
+        chunk = self._open
+        dump = self.live.active()
+        if chunk is None or not self._may_read_ahead() or chunk.plan.keys is not None \
+                or chunk.window.discarded or dump is None or dump.id != chunk.plan.dump_id:
+            return
+        ahead = dumpops.complete_chunk(dump, chunk.plan, chunk.window.last_key, chunk.selected,
+                                       0, chunk.limit)
+        plan = dumpops.next_chunk(ahead, self.knobs.chunk_size)
+        if plan is None or plan.needs_start or plan.keys is not None:
+            return
+        try:
+            self._open_chunk(plan)
+        except DumpRequestError:
+            return  # the loop plans it again and fails the dump there
 
     def _guard_forwarded(self, window: ChunkWindow, chunk: Chunk) -> ChunkWindow:
         guarded = guard_forwarded(window, self._recent.keys_of, chunk.logged_txids)

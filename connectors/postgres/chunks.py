@@ -16,17 +16,28 @@ from . import catalog
 from .errors import classify
 from .types import INT_TYPES, base_type, converter_for, key_param, select_expression
 
-# the snapshot, and those of its in-progress transactions whose commit is already logged
-SNAPSHOT_SQL = (
-    "SELECT txid_current_snapshot()::text, ARRAY(SELECT x FROM "
-    "txid_snapshot_xip(txid_current_snapshot()) AS x WHERE txid_status(x) = 'committed')"
+# The statement's snapshot (``xmin:xmax:xip,...``), then ``;`` and those of its in-progress
+# transactions whose commit is already logged. Added as a last column that only the first row
+# fills: one statement has one snapshot, so no explicit transaction is needed.
+SNAPSHOT_COLUMN = (
+    "CASE WHEN row_number() OVER () = 1 THEN (SELECT txid_current_snapshot()::text || ';' || "
+    "array_to_string(ARRAY(SELECT x FROM txid_snapshot_xip(txid_current_snapshot()) AS x "
+    "WHERE txid_status(x) = 'committed'), ',')) END"
 )
 
 
-def _in_progress(snapshot: str) -> frozenset[int]:
-    """Transaction ids in progress in ``xmin:xmax:xip,...``, as the 32-bit ids wal2json prints."""
-    xip = snapshot.split(":")[2] if snapshot.count(":") == 2 else ""
-    return frozenset(int(x) & 0xFFFFFFFF for x in xip.split(",") if x)
+def _txids(text: str) -> frozenset[int]:
+    """Comma-separated transaction ids as the 32-bit ids wal2json prints."""
+    return frozenset(int(x) & 0xFFFFFFFF for x in text.split(",") if x)
+
+
+def parse_snapshot(text: str | None) -> tuple[frozenset[int], frozenset[int]]:
+    """(in-progress txids, those already committed in clog) from the snapshot column."""
+    if not text:
+        return frozenset(), frozenset()
+    snapshot, _, logged = text.partition(";")
+    parts = snapshot.split(":")
+    return _txids(parts[2] if len(parts) == 3 else ""), _txids(logged)
 
 
 RowDecoder = Callable[[tuple[Any, ...]], tuple[Key, Row | EncodedRow]]
@@ -58,6 +69,11 @@ def _row_decoder(info: TableInfo) -> RowDecoder:
         return tuple(raw[i] for i in key_index), dict(zip(names, raw, strict=True))
 
     return decode
+
+
+def _without_snapshot(decode: RowDecoder) -> RowDecoder:
+    """The plain decoder for chunk rows, which end with the snapshot column."""
+    return lambda raw: decode(raw[:-1])
 
 
 class _Queries:
@@ -99,7 +115,7 @@ class _Queries:
         self.one_key = sql.SQL("({})").format(typed)
         self.decode_plain = _row_decoder(info)
         self.decode = _encoded_decoder(len(info.key_columns)) if self.encoded \
-            else self.decode_plain
+            else _without_snapshot(self.decode_plain)
 
     def compose(self, where: sql.Composable | None, limit: bool) -> sql.Composed:
         inner = sql.SQL("SELECT {} FROM {}").format(self.select, self.table)
@@ -108,10 +124,11 @@ class _Queries:
         inner += sql.SQL(" ORDER BY {}").format(self.keys)
         if limit:
             inner += sql.SQL(" LIMIT %s")
+        # the window function runs over the limited rows; the subquery's order is kept
         if not self.encoded:
-            return inner
-        return sql.SQL("SELECT {}, row_to_json(x)::text FROM ({}) x ORDER BY {}").format(
-            self.outer_keys, inner, self.outer_keys)
+            return sql.SQL("SELECT x.*, " + SNAPSHOT_COLUMN + " FROM ({}) x").format(inner)
+        return sql.SQL("SELECT {}, row_to_json(x)::text, " + SNAPSHOT_COLUMN +
+                       " FROM ({}) x ORDER BY {}").format(self.outer_keys, inner, self.outer_keys)
 
     def params(self, key: Key) -> list[Any]:
         return [key_param(t, v) for t, v in zip(self.key_types, key, strict=True)]
@@ -162,21 +179,12 @@ class PostgresChunkReader:
 
     def _fetch_chunk(self, q: _Queries, query: sql.Composable, params: Sequence[Any],
                      what: str) -> Chunk:
-        """One chunk in a fresh transaction started now (after L committed). REPEATABLE READ
-        only makes the snapshot query and the SELECT share one snapshot."""
-        try:
-            with self.conn.pipeline(), self.conn.transaction():  # one round trip
-                self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                snap_cursor = self.conn.execute(SNAPSHOT_SQL)
-                cursor = self.conn.execute(query, params)
-            snapshot = snap_cursor.fetchone()
-            rows = cursor.fetchall()
-        except psycopg.Error as exc:
-            raise classify(exc, what) from exc
+        """One chunk in one statement (autocommit: its snapshot is taken now, after L
+        committed); the first row also carries the snapshot's in-progress transactions."""
+        rows = self._fetch(query, params, what)
+        snapshot = next((r[-1] for r in rows if r[-1] is not None), None)
+        pending, logged = parse_snapshot(snapshot)
         decode = q.decode
-        pending = _in_progress(snapshot[0] if snapshot else "")
-        logged = frozenset(int(x) & 0xFFFFFFFF for x in (snapshot[1] or [])) if snapshot \
-            else frozenset()
         return Chunk([decode(r) for r in rows], pending, logged)
 
     def max_key(self, info: TableInfo) -> Key | None:

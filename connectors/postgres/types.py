@@ -106,6 +106,15 @@ def key_param(type_name: str, value: Any) -> Any:
     return str(value) if not isinstance(value, bool) else ("t" if value else "f")
 
 
+# types whose cast to text has no cast function: it is the output function itself (cheaper on
+# the server than concat())
+_TEXT_VIA_OUTPUT = frozenset({
+    "timestamp with time zone", "timestamp without time zone", "timestamptz", "timestamp",
+    "date", "time without time zone", "time with time zone", "time", "timetz", "interval",
+    "uuid", "json", "jsonb",
+})
+
+
 def select_expression(type_name: str) -> str:
     """SQL that makes the server return a column so that psycopg's default loaders yield the
     canonical value with no Python conversion (``{col}`` is the quoted column)."""
@@ -118,7 +127,7 @@ def select_expression(type_name: str) -> str:
         return "NULLIF(NULLIF(NULLIF({col}::text, 'NaN'), 'Infinity'), '-Infinity')"
     if name == "bytea":
         return "encode({col}, 'hex')"
-    if name in ("text", "character varying", "varchar"):
+    if name in ("text", "character varying", "varchar") or name in _TEXT_VIA_OUTPUT:
         return "{col}::text"
     # concat() prints through the type's output function, as wal2json does; a cast to text may
     # differ (char(n) loses its padding, inet gains a netmask)

@@ -874,7 +874,7 @@ def test_heartbeats_move_the_committed_position_on_an_idle_database() -> None:
 
 
 def test_a_missing_high_watermark_fails_after_the_idle_timeout() -> None:
-    db, t = make_db(10)
+    db, t = make_db(3)  # one chunk: no chunk is read ahead, so only the idle timeout can tell
 
     def lose_high(item: Any) -> Any:
         return None if isinstance(item, Watermark) and item.value.startswith("H-") else item
@@ -886,6 +886,23 @@ def test_a_missing_high_watermark_fails_after_the_idle_timeout() -> None:
     with pytest.raises(FatalSourceError, match="high watermark"):
         run.go()
     assert 90 <= run.polls <= 150
+
+
+def test_a_missing_high_watermark_fails_when_the_next_low_watermark_arrives() -> None:
+    """The chunk read ahead writes its L after the open chunk's H: L seen first means H was
+    lost, which fails at once instead of after the idle timeout."""
+    db, t = make_db(10)
+
+    def lose_high(item: Any) -> Any:
+        return None if isinstance(item, Watermark) and item.value.startswith("H-") else item
+
+    run = Run(db, [ListOutput()], MemoryStateStore(),
+              settings=fast_settings(5, window_timeout_s=1.0), transform=lose_high,
+              stop_when_idle=False, max_polls=1000)
+    run.engine.request_dump([t])
+    with pytest.raises(FatalSourceError, match="was not seen before the next chunk's low"):
+        run.go()
+    assert run.polls < 10
 
 
 def test_a_busy_log_backlog_is_not_a_window_timeout() -> None:
