@@ -123,8 +123,8 @@ class Writers:
     """``count`` threads running random 1-4 statement transactions until stopped."""
 
     def __init__(self, dsn: str, rows: int, count: int = 3, seed: int = 1,
-                 dialect: str = "postgres") -> None:
-        self.dsn, self.rows, self.dialect = dsn, rows, dialect
+                 dialect: str = "postgres", pause_s: float = 0.0) -> None:
+        self.dsn, self.rows, self.dialect, self.pause_s = dsn, rows, dialect, pause_s
         self.stop_event = threading.Event()
         self.committed = 0
         self.errors: list[BaseException] = []
@@ -177,6 +177,8 @@ class Writers:
                             cur.execute(*statement(rng, self.rows))
                         conn.commit()
                         self.committed += 1
+                        if self.pause_s:
+                            self.stop_event.wait(self.pause_s)
                     except (pymysql.err.IntegrityError, pymysql.err.OperationalError) as exc:
                         conn.rollback()
                         if exc.args[0] not in (1062, 1213, 1205):

@@ -1,5 +1,6 @@
-"""Crash test: SIGKILL the capture process at random moments during a dump with writers running;
-restart it several times; the final output still replays to the source and the dump resumed."""
+"""Crash test on every source (PostgreSQL, MariaDB): SIGKILL the capture process at random
+moments during a dump with writers running; restart it several times; the final output still
+replays to the source and the dump resumed."""
 
 from __future__ import annotations
 
@@ -15,29 +16,23 @@ from pathlib import Path
 
 import pytest
 
-from dblog.positions import Lsn
 from dblog.state import FileStateStore, state_from_json
 
 from .pgutil import (
     check_commit_order,
     check_no_time_travel,
-    current_lsn,
     read_events,
     replayed,
-    source_rows,
     wait_until,
 )
-from .workload import TABLES, Writers, create_schema
+from .sources import Kit, kit
 
 pytestmark = pytest.mark.integration
+__all__ = ["kit"]
 
 CONFIG = """
 name: crash
-source:
-  type: postgres
-  dsn: "{dsn}"
-  slot: crash
-  tables: ["public.*"]
+source: {source}
 outputs:
   - type: jsonl
     path: "{out}"
@@ -68,15 +63,16 @@ def _dump_progress(state_path: Path) -> tuple[int, str] | None:
     return (dumps[0].chunks, dumps[0].state.value) if dumps else None
 
 
-def test_sigkill_during_dump_loses_nothing_and_resumes(pg_dsn: str, tmp_path: Path) -> None:
-    create_schema(pg_dsn, rows=6000)
+def test_sigkill_during_dump_loses_nothing_and_resumes(kit: Kit, tmp_path: Path) -> None:
+    kit.create_schema(rows=6000)
     out, state = tmp_path / "out.jsonl", tmp_path / "state.json"
     config = tmp_path / "dblog.yaml"
-    config.write_text(CONFIG.format(dsn=pg_dsn, out=out, state=state, tables=json.dumps(TABLES)))
+    config.write_text(CONFIG.format(source=json.dumps(kit.source_config("crash")), out=out,
+                                    state=state, tables=json.dumps(kit.tables)))
     log = tmp_path / "dblog.log"
     rng = random.Random(7)
     kills_mid_dump = 0
-    with Writers(pg_dsn, rows=6000, count=2) as writers:
+    with kit.writers(rows=6000, count=2, pause_s=0.005) as writers:
         for _ in range(6):
             proc = _start(config, log)
             time.sleep(rng.uniform(1.5, 4.0))
@@ -90,12 +86,12 @@ def test_sigkill_during_dump_loses_nothing_and_resumes(pg_dsn: str, tmp_path: Pa
             wait_until(lambda: (_dump_progress(state) or (0, ""))[1] == "done", 300,
                        "the dump to finish after the restarts")
             writers.stop()
-            target = current_lsn(pg_dsn)
+            target = kit.current_position()
 
             def caught_up() -> bool:
                 stored = FileStateStore(state).load()
                 position = state_from_json(stored.data).position if stored else None
-                return isinstance(position, Lsn) and position >= target
+                return isinstance(position, type(target)) and position >= target
 
             wait_until(caught_up, 120, "the capture to catch up")
         finally:
@@ -106,9 +102,9 @@ def test_sigkill_during_dump_loses_nothing_and_resumes(pg_dsn: str, tmp_path: Pa
                                  f"{log.read_text()[-3000:]}")
     events = read_events(out)
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1)), "seq must be gapless"
-    check_commit_order(events)
+    check_commit_order(events, kit.parse_position)
     check_no_time_travel(events)
-    assert replayed(events) == source_rows(pg_dsn, TABLES)
+    assert replayed(events) == kit.source_rows(kit.tables)
     # resumed, not restarted: no key was read twice by the dump (a restart would re-read them)
     dump_ids = {e["dump_id"] for e in events if e["op"] == "read"}
     reads = Counter((e["table"], tuple(e["key"])) for e in events if e["op"] == "read")
