@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pymysqlreplication.constants import NONE_SOURCE
+
 from dblog.model import ChangeEvent, Key, LogItem, Op, Row, TableId, Watermark
 from dblog.positions import Position
 
@@ -34,6 +36,7 @@ from .types import (
     to_time,
 )
 
+_EMPTY_SET = NONE_SOURCE.EMPTY_SET
 _INTS = frozenset({1, 2, 3, 8, 9, 13})
 _STRINGS = frozenset({15, 249, 250, 251, 252, 253, 254})
 _BY_TYPE: dict[int, Converter] = {
@@ -64,7 +67,7 @@ def log_converter(column: Any, flavor: Flavor) -> Converter:
 class TablePlan:
     """How to turn one table's binlog rows into canonical rows and keys."""
 
-    __slots__ = ("convert_at", "key_of", "table", "watermark")
+    __slots__ = ("convert_at", "key_of", "sets", "table", "watermark")
 
     def __init__(self, table: TableId, watermark: bool, columns: Sequence[Any],
                  keys: tuple[str, ...], flavor: Flavor) -> None:
@@ -72,6 +75,7 @@ class TablePlan:
         self.watermark = watermark
         self.convert_at = [(c.name, f) for c in columns
                            if (f := log_converter(c, flavor)) is not identity]
+        self.sets = tuple(c.name for c in columns if c.type == 248)
         collations = {c.name: getattr(c, "collation_name", None) for c in columns}
         key_at = [(k, key_converter(collations.get(k))) for k in keys]
 
@@ -83,12 +87,16 @@ class TablePlan:
 
         self.key_of = key_of if keys else (lambda row: None)
 
-    def row(self, values: dict[str, Any]) -> Row:
+    def row(self, values: dict[str, Any], nones: dict[str, Any] | None = None) -> Row:
         row = values  # mysql-replication builds a fresh dict per row image: convert in place
         for name, convert in self.convert_at:
             value = row.get(name)
             if value is not None:
                 row[name] = convert(value)
+        if self.sets and nones:  # mysql-replication gives None for an empty SET, not ''
+            for name in self.sets:
+                if nones.get(name) == _EMPTY_SET:
+                    row[name] = ""
         return row
 
 
@@ -132,16 +140,17 @@ class BinlogDecoder:
         table, items, key_of = plan.table, [], plan.key_of
         for raw in event.rows:
             if op is Op.UPDATE:
-                before, after = plan.row(raw["before_values"]), plan.row(raw["after_values"])
+                before = plan.row(raw["before_values"], raw.get("before_none_sources"))
+                after = plan.row(raw["after_values"], raw.get("after_none_sources"))
                 key, old = key_of(after), key_of(before)
                 items.append(ChangeEvent(op, table, key, before, after, position, txid, ts,
                                          old if old != key else None))
             elif op is Op.INSERT:
-                after = plan.row(raw["values"])
+                after = plan.row(raw["values"], raw.get("none_sources"))
                 items.append(ChangeEvent(op, table, key_of(after), None, after, position,
                                          txid, ts))
             else:
-                before = plan.row(raw["values"])
+                before = plan.row(raw["values"], raw.get("none_sources"))
                 items.append(ChangeEvent(op, table, key_of(before), before, None, position,
                                          txid, ts))
         return items

@@ -64,7 +64,7 @@ class Kit:
             return
         conn = maria_connect(self.dsn)
         with conn.cursor() as cur:
-            cur.execute(sql, tuple(params))
+            cur.execute(sql, tuple(params) or None)
         conn.close()
 
     def connect(self) -> Any:
@@ -146,7 +146,7 @@ class _Autocommit:
             self.conn.execute(sql, tuple(params))
             return
         with self.conn.cursor() as cur:
-            cur.execute(sql, tuple(params))
+            cur.execute(sql, tuple(params) or None)
 
     def close(self) -> None:
         self.conn.close()
