@@ -41,7 +41,7 @@ from dblog.model import ChangeEvent, LogItem, Op
 from dblog.positions import BinlogPosition, MariadbGtid, MysqlGtidSet, Position
 
 from .db import Endpoint
-from .decoder import BinlogDecoder
+from .decoder import BinlogDecoder, parse_ddl
 from .errors import StreamLost, classify
 from .flavor import Flavor
 
@@ -109,6 +109,7 @@ class MysqlLogReader:
             self._stream = BinLogStreamReader(
                 connection_settings=self.endpoint.replication_settings(),
                 server_id=self.server_id, blocking=True, only_events=_EVENTS,
+                freeze_schema=True,
                 slave_heartbeat=self.heartbeat_s, pymysql_wrapper=GuardedConnection,
                 only_schemas=self.only_schemas, enable_logging=False,
                 report_slave=(self.report_name, self.endpoint.user, "", 0),
@@ -226,8 +227,22 @@ class MysqlLogReader:
             self._begin(out, None, _file_txid(self._file_position(event)), event)
         schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
         position = self._tx_position or self._file_position(event)
-        self._hand(out, self.decoder.ddl(query, schema or "", position, self._txid, self._ts))
+        produced = self.decoder.ddl(query, schema or "", position, self._txid, self._ts)
+        self._forget_table_maps(query, schema or "")
+        self._hand(out, produced)
         self._commit(out, event)  # DDL commits implicitly
+
+    def _forget_table_maps(self, query: str, schema: str) -> None:
+        """``freeze_schema`` makes mysql-replication parse a table map once per table id (the
+        parse costs more than the rows of a one-row statement); after DDL the table's cached
+        maps are dropped, in case the server reuses the table id."""
+        tables = {(t.schema, t.name) for t in parse_ddl(query, schema)[1]}
+        if self._stream is None or not tables:
+            return
+        table_map = self._stream.table_map
+        for table_id, table in list(table_map.items()):
+            if (table.schema, table.table) in tables:
+                del table_map[table_id]
 
     def _commit(self, out: list[LogItem], event: Any) -> None:
         position = self._tx_position or self._file_position(event)

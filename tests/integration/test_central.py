@@ -47,7 +47,7 @@ def test_concurrent_writers_keep_i1_i2_i3(kit: Kit, tmp_path: Path) -> None:
     kit.create_schema(rows=2000)
     pipeline = _pipeline(kit, tmp_path).start()
     try:
-        with kit.writers(rows=2000, count=3) as writers:
+        with kit.writers(rows=2000, count=3, pause_s=0.005) as writers:
             dump_id = pipeline.dump(kit.tables)
             wait_until(lambda: pipeline.dump_status(dump_id)["state"] == "done", 240, "the dump")
         assert not writers.errors, writers.errors
