@@ -543,7 +543,7 @@ def _measure(admin: Any, dsn: str, rows: int, chunk_size: int, workdir: Path, ti
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--db", choices=["postgres"], default="postgres")
+    parser.add_argument("--db", choices=["postgres", "mariadb"], default="postgres")
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--chunk-size", type=int, default=1000)
     parser.add_argument("--dsn", help="use this server instead of a throwaway one")
@@ -559,6 +559,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", choices=["dump", "stream"], help=argparse.SUPPRESS)
     parser.add_argument("--child-args", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.db == "mariadb":  # the MariaDB benchmark lives in bench/mysql.py
+        return _mariadb_main(argv)
     if args.rows < 1 or args.chunk_size < 1:
         parser.error("--rows and --chunk-size must be at least 1")
 
@@ -591,6 +593,18 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps(result), flush=True)
     return 0
+
+
+def _mariadb_main(argv: list[str] | None) -> int:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "dblog_bench_mysql", Path(__file__).with_name("mysql.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result: int = module.main(sys.argv[1:] if argv is None else argv)
+    return result
 
 
 if __name__ == "__main__":

@@ -1,0 +1,424 @@
+#!/usr/bin/env python
+"""dblog throughput benchmark against MariaDB: dblog versus bare driver/library baselines.
+
+    python bench/run.py --db mariadb --rows 200000 [--chunk-size 1000] [--dsn mysql://...]
+
+(``bench/run.py`` dispatches here.) Prints ONE JSON line on stdout with the same keys as the
+PostgreSQL mode; progress goes to stderr. All numbers come from the same run, on the same server,
+over the same table:
+
+* dump:   a full dblog dump (Pipeline + MysqlConnector + JsonlOutput) of an N-row table, against
+          keyset-chunked ``SELECT * ... WHERE id > %s ORDER BY id LIMIT %s`` through the SELECT
+          driver dblog uses (mysqlclient when installed: its C extension is the fastest here),
+          autocommit, tuples with the default converters.
+* stream: N single-row UPDATEs in transactions of 1,000 (a stored procedure), written before
+          any consumer runs, then consumed by dblog (to a jsonl file, resuming from the GTID
+          position taken before the updates) and by a bare ``BinLogStreamReader`` loop over the
+          same GTID range that only iterates the rows of each update event (library defaults).
+          The same loop with ``freeze_schema=True`` (table maps parsed once per table id, as
+          dblog's reader does) is reported in ``details`` too.
+
+The dblog side runs in child processes (this script with ``--child``), so its peak RSS is its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+DATABASE = "dblog_bench"
+TABLE_NAME = "dblog_bench"
+TABLE = f"{DATABASE}.{TABLE_NAME}"
+RAW_RUNS = 4
+TX_SIZE = 1000
+TARGETS = {"dump_ratio": 0.5, "stream_ratio": 0.5}
+
+CREATE_SQL = f"""
+CREATE TABLE {TABLE} (
+    id bigint PRIMARY KEY, i1 int, i2 int, name varchar(32), amount decimal(12,2), note text,
+    created_at timestamp(6) NULL, updated_at timestamp(6) NULL
+) ENGINE=InnoDB
+"""
+LOAD_SQL = f"""
+INSERT INTO {TABLE}
+SELECT seq, (seq * 7919) % 1000003, seq % 1000, concat('customer-', seq),
+       round(((seq * 37) % 10000000) / 100.0, 2), left(repeat(md5(seq), 4), 100),
+       timestamp'2024-01-01 00:00:00' + interval (seq % 31536000) second,
+       timestamp'2024-06-01 00:00:00' + interval (seq % 8640000) second
+FROM seq_{{low}}_to_{{high}}
+"""
+PROCEDURE_SQL = f"""
+CREATE PROCEDURE {DATABASE}.bench_updates(n INT)
+BEGIN
+  DECLARE k INT DEFAULT 1;
+  START TRANSACTION;
+  WHILE k <= n DO
+    UPDATE {TABLE} SET i1 = i1 + 1 WHERE id = k;
+    IF k % {TX_SIZE} = 0 THEN COMMIT; START TRANSACTION; END IF;
+    SET k = k + 1;
+  END WHILE;
+  COMMIT;
+END
+"""
+
+
+_T0 = time.monotonic()
+
+
+def progress(message: str) -> None:
+    print(f"[bench {time.monotonic() - _T0:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def rss_kb() -> dict[str, int]:
+    """VmRSS and VmHWM of this process in kB."""
+    out: dict[str, int] = {}
+    with contextlib.suppress(OSError), open("/proc/self/status", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                key, value = line.split(":", 1)
+                out[key] = int(value.split()[0])
+    out.setdefault("VmHWM", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return out
+
+
+def _alive(pipeline: Any) -> None:
+    thread = pipeline._thread
+    if thread is not None and not thread.is_alive():
+        pipeline.join(0)
+        raise RuntimeError("the pipeline stopped unexpectedly")
+
+
+def _count_ops(path: Path, op: str) -> int:
+    needle = f'"op":"{op}"'.encode()
+    with open(path, "rb") as handle:
+        return sum(1 for line in handle if needle in line)
+
+
+def _connect(dsn: str) -> Any:
+    from dblog.connectors.mysql.db import connect, parse_dsn
+
+    return connect(parse_dsn(dsn))
+
+
+def _sql(conn: Any, sql: str, params: Any = None) -> list[Any]:
+    with conn.cursor() as cur:
+        cur.execute(sql, params)
+        return list(cur.fetchall() or [])
+
+
+def load_table(conn: Any, rows: int) -> float:
+    started = time.monotonic()
+    _sql(conn, f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
+    _sql(conn, f"DROP TABLE IF EXISTS {TABLE}")
+    _sql(conn, CREATE_SQL)
+    step = 100_000
+    for low in range(1, rows + 1, step):
+        _sql(conn, LOAD_SQL.format(low=low, high=min(rows, low + step - 1)))
+    _sql(conn, f"ANALYZE TABLE {TABLE}")
+    return time.monotonic() - started
+
+
+def raw_dump(dsn: str, chunk_size: int) -> tuple[int, float]:
+    """Keyset chunks through the SELECT driver, one autocommit statement each."""
+    conn = _connect(dsn)
+    try:
+        started, total, last = time.monotonic(), 0, 0
+        with conn.cursor() as cur:
+            while True:
+                cur.execute(f"SELECT * FROM {TABLE} WHERE id > %s ORDER BY id LIMIT %s",
+                            (last, chunk_size))
+                rows = cur.fetchall()
+                if not rows:
+                    break
+                total += len(rows)
+                last = rows[-1][0]
+        return total, time.monotonic() - started
+    finally:
+        conn.close()
+
+
+def raw_stream(dsn: str, start_gtid: str, expected: int, freeze: bool,
+               timeout_s: float) -> tuple[int, float]:
+    """A bare BinLogStreamReader from ``start_gtid`` iterating the rows of the update events."""
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.row_event import UpdateRowsEvent
+
+    from dblog.connectors.mysql.db import parse_dsn
+
+    stream = BinLogStreamReader(parse_dsn(dsn).replication_settings(), server_id=7001 + freeze,
+                                blocking=True, is_mariadb=True, auto_position=start_gtid,
+                                only_events=[UpdateRowsEvent], only_schemas=[DATABASE],
+                                freeze_schema=freeze, enable_logging=False)
+    started, updates = time.monotonic(), 0
+    try:
+        for event in stream:
+            for _row in event.rows:
+                updates += 1
+            if updates >= expected:
+                break
+            if time.monotonic() - started > timeout_s:
+                raise RuntimeError(f"raw stream saw {updates} of {expected} updates")
+        return updates, time.monotonic() - started
+    finally:
+        stream.close()
+
+
+def _pipeline(args: dict[str, Any], name: str, start: str | None = None) -> Any:
+    from dblog.connectors.mysql import MysqlConnector
+    from dblog.engine import EngineSettings
+    from dblog.outputs.jsonl import JsonlOutput
+    from dblog.pipeline import Pipeline
+    from dblog.state import FileStateStore
+
+    work = Path(args["workdir"])
+    state_path = work / f"{name}-state.json"
+    if start is not None:  # resume from the position taken before the updates
+        FileStateStore(state_path).save({"position": start, "seq": 0, "dumps": []}, None, 0)
+    return Pipeline(
+        MysqlConnector({"dsn": args["dsn"], "tables": [TABLE], "server_id": args["server_id"]},
+                       name),
+        [JsonlOutput({"path": str(work / f"{name}.jsonl")})], state_path=str(state_path),
+        settings=EngineSettings(chunk_size=args["chunk_size"]))
+
+
+def child_dump(args: dict[str, Any]) -> dict[str, Any]:
+    name = "bench_dump"
+    baseline = rss_kb()
+    pipeline = _pipeline(args, name).start()
+    try:
+        started = time.monotonic()
+        dump_id = pipeline.dump([TABLE])
+        done_at = None
+        while True:
+            status = pipeline.status()
+            dump = next((d for d in status["dumps"] if d["id"] == dump_id), None)
+            if dump is not None and dump["state"] in ("failed", "cancelled"):
+                raise RuntimeError(f"dump {dump['state']}: {dump.get('error')}")
+            if dump is not None and dump["state"] == "done":
+                done_at = done_at or time.monotonic()
+                if status["committed_seq"] >= status["emitted_seq"]:
+                    break
+            if time.monotonic() > started + args["timeout_s"]:
+                raise RuntimeError(f"dump not done after {args['timeout_s']}s: {dump}")
+            _alive(pipeline)
+            time.sleep(0.01)
+        flushed_at = time.monotonic()
+        chunks = sum(t["chunks"] for t in dump["tables"])
+    finally:
+        pipeline.stop()
+    rows = _count_ops(Path(args["workdir"]) / f"{name}.jsonl", "read")
+    return {"rows": rows, "chunks": chunks, "seconds": flushed_at - started,
+            "seconds_to_done": done_at - started,
+            "rss_baseline_mb": baseline.get("VmRSS", 0) / 1024,
+            "peak_rss_mb": rss_kb()["VmHWM"] / 1024}
+
+
+def child_stream(args: dict[str, Any]) -> dict[str, Any]:
+    name = "bench_stream"
+    baseline = rss_kb()
+    started = time.monotonic()
+    pipeline = _pipeline(args, name, start=args["start"]).start()
+    try:
+        emitted_at = None
+        while True:
+            status = pipeline.status()
+            if emitted_at is None and status["emitted_seq"] >= args["expected_seq"]:
+                emitted_at = time.monotonic()
+            if status["committed_seq"] >= args["expected_seq"]:
+                break
+            if time.monotonic() > started + args["timeout_s"]:
+                raise RuntimeError(f"stream not consumed after {args['timeout_s']}s: {status}")
+            _alive(pipeline)
+            time.sleep(0.01)
+        committed_at = time.monotonic()
+    finally:
+        pipeline.stop()
+    updates = _count_ops(Path(args["workdir"]) / f"{name}.jsonl", "update")
+    return {"updates": updates, "seconds": committed_at - started,
+            "seconds_to_emitted": (emitted_at or committed_at) - started,
+            "rss_baseline_mb": baseline.get("VmRSS", 0) / 1024,
+            "peak_rss_mb": rss_kb()["VmHWM"] / 1024}
+
+
+def run_child(phase: str, args: dict[str, Any]) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", phase,
+                           "--child-args", json.dumps(args)],
+                          stdout=subprocess.PIPE, stderr=None, text=True, check=False)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"dblog {phase} child failed ({proc.returncode}): {proc.stdout[-500:]}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def _measure_dump(dsn: str, rows: int, chunk_size: int, child_args: dict[str, Any]
+                  ) -> tuple[dict[str, Any], list[float]]:
+    progress("raw dump: warm-up pass (untimed)")
+    raw_dump(dsn, chunk_size)
+    raw_runs: list[float] = []
+
+    def timed_raw_dump() -> None:
+        total, seconds = raw_dump(dsn, chunk_size)
+        if total != rows:
+            raise RuntimeError(f"raw dump read {total} rows, expected {rows}")
+        raw_runs.append(total / seconds)
+        progress(f"raw dump #{len(raw_runs)}: {total / seconds:,.0f} rows/s")
+
+    for _ in range(RAW_RUNS // 2):
+        timed_raw_dump()
+    progress("dblog dump (child process)")
+    dump = run_child("dump", child_args)
+    progress(f"dblog dump: {dump['rows'] / dump['seconds']:,.0f} rows/s")
+    if dump["rows"] != rows:
+        raise RuntimeError(f"dblog dump wrote {dump['rows']} read events, expected {rows}")
+    for _ in range(RAW_RUNS - RAW_RUNS // 2):
+        timed_raw_dump()
+    return dump, raw_runs
+
+
+def _measure_stream(admin: Any, dsn: str, rows: int, child_args: dict[str, Any],
+                    timeout_s: float) -> tuple[dict[str, Any], list[float], float, float]:
+    start = str(_sql(admin, "SELECT @@GLOBAL.gtid_binlog_pos")[0][0])
+    _sql(admin, f"DROP PROCEDURE IF EXISTS {DATABASE}.bench_updates")
+    _sql(admin, PROCEDURE_SQL)
+    update_s = time.monotonic()
+    _sql(admin, f"CALL {DATABASE}.bench_updates(%s)", (rows,))
+    update_s = time.monotonic() - update_s
+    progress(f"{rows} updates took {update_s:.1f}s (from GTID {start!r})")
+    raw_runs: list[float] = []
+
+    def timed_raw(freeze: bool) -> float:
+        updates, seconds = raw_stream(dsn, start, rows, freeze, timeout_s)
+        progress(f"raw stream (freeze_schema={freeze}): {updates / seconds:,.0f} ev/s")
+        return updates / seconds
+
+    raw_runs.append(timed_raw(False))
+    frozen = timed_raw(True)
+    progress("dblog stream (child process)")
+    transactions = -(-rows // TX_SIZE)
+    stream = run_child("stream", {**child_args, "start": f"mariadb-gtid:{start}",
+                                  "expected_seq": rows + 2 * transactions})
+    progress(f"dblog stream: {stream['updates'] / stream['seconds']:,.0f} ev/s")
+    if stream["updates"] != rows:
+        raise RuntimeError(f"dblog wrote {stream['updates']} update events, expected {rows}")
+    raw_runs.append(timed_raw(False))
+    return stream, raw_runs, frozen, update_s
+
+
+def bench(dsn: str, rows: int, chunk_size: int, workdir: Path, timeout_s: float) -> dict[str, Any]:
+    wall = time.monotonic()
+    admin = _connect(dsn)
+    try:
+        version = str(_sql(admin, "SELECT VERSION()")[0][0])
+        progress(f"loading {rows} rows into {TABLE}")
+        load_s = load_table(admin, rows)
+        child_args = {"dsn": dsn, "chunk_size": chunk_size, "workdir": str(workdir),
+                      "timeout_s": timeout_s, "server_id": 7100}
+        dump, raw_dump_runs = _measure_dump(dsn, rows, chunk_size, child_args)
+        stream, raw_stream_runs, frozen, update_s = _measure_stream(
+            admin, dsn, rows, {**child_args, "server_id": 7101}, timeout_s)
+    finally:
+        with contextlib.suppress(Exception):
+            _sql(admin, f"DROP DATABASE IF EXISTS {DATABASE}")
+            _sql(admin, "DELETE FROM dblog.watermark WHERE name IN ('bench_dump', "
+                 "'bench_stream')")
+        admin.close()
+    return _result(rows, chunk_size, dump, raw_dump_runs, stream, raw_stream_runs, frozen,
+                   {"server_version": version, "load_s": round(load_s, 2),
+                    "update_s": round(update_s, 2), "wall_s": round(time.monotonic() - wall, 2)})
+
+
+def _result(rows: int, chunk_size: int, dump: dict[str, Any], raw_dump_runs: list[float],
+            stream: dict[str, Any], raw_stream_runs: list[float], frozen: float,
+            extra: dict[str, Any]) -> dict[str, Any]:
+    from dblog.connectors.mysql.db import DRIVER
+
+    dump_rate, raw_dump_rate = dump["rows"] / dump["seconds"], statistics.median(raw_dump_runs)
+    stream_rate = stream["updates"] / stream["seconds"]
+    raw_stream_rate = statistics.mean(raw_stream_runs)
+    ratios = {"dump_ratio": dump_rate / raw_dump_rate,
+              "stream_ratio": stream_rate / raw_stream_rate}
+    return {
+        "db": "mariadb", "rows": rows, "chunk_size": chunk_size,
+        "dump_rows_per_s": round(dump_rate, 1), "raw_dump_rows_per_s": round(raw_dump_rate, 1),
+        "dump_ratio": round(ratios["dump_ratio"], 4),
+        "stream_events_per_s": round(stream_rate, 1),
+        "raw_stream_events_per_s": round(raw_stream_rate, 1),
+        "stream_ratio": round(ratios["stream_ratio"], 4),
+        "peak_rss_mb": round(max(dump["peak_rss_mb"], stream["peak_rss_mb"]), 1),
+        "peak_rss_mb_dump": round(dump["peak_rss_mb"], 1),
+        "peak_rss_mb_stream": round(stream["peak_rss_mb"], 1),
+        "child_baseline_rss_mb": round(dump["rss_baseline_mb"], 1),
+        "targets": TARGETS,
+        "targets_met": {k: ratios[k] >= v for k, v in TARGETS.items()},
+        "details": {
+            "select_driver": DRIVER,
+            "dump_seconds": round(dump["seconds"], 3),
+            "dump_seconds_to_done": round(dump["seconds_to_done"], 3),
+            "dump_chunks": dump["chunks"],
+            "raw_dump_rows_per_s_runs": [round(r, 1) for r in raw_dump_runs],
+            "stream_seconds": round(stream["seconds"], 3),
+            "stream_seconds_to_emitted": round(stream["seconds_to_emitted"], 3),
+            "raw_stream_events_per_s_runs": [round(r, 1) for r in raw_stream_runs],
+            "raw_stream_frozen_schema_events_per_s": round(frozen, 1),
+            "stream_ratio_vs_frozen_schema_raw": round(stream_rate / frozen, 4),
+            "update_transactions": -(-rows // TX_SIZE),
+        },
+        **extra,
+        "python_version": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", choices=["mariadb"], default="mariadb")
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--chunk-size", type=int, default=1000)
+    parser.add_argument("--dsn", help="mysql://user:password@host:port/ instead of a throwaway "
+                                      "MariaDB")
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--child", choices=["dump", "stream"], help=argparse.SUPPRESS)
+    parser.add_argument("--child-args", help=argparse.SUPPRESS)
+    args, _ = parser.parse_known_args(argv)
+    if args.child:
+        logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+        child = json.loads(args.child_args)
+        result = child_dump(child) if args.child == "dump" else child_stream(child)
+        print(json.dumps(result), flush=True)
+        return 0
+    server = None
+    workdir = Path(tempfile.mkdtemp(prefix="dblog-bench-"))
+    try:
+        dsn = args.dsn
+        if not dsn:
+            from dblog.harness.mariadb import start_mariadb
+
+            progress("starting a throwaway MariaDB server")
+            server = start_mariadb()
+            dsn = server.dsn()
+        result = bench(dsn, args.rows, args.chunk_size, workdir, args.timeout)
+    finally:
+        if server is not None:
+            server.stop()
+        import shutil
+
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
