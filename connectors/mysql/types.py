@@ -188,3 +188,26 @@ def key_param(column_type: str, value: Any) -> Any:
     if name in BINARY_TYPES:
         return bytes.fromhex(value)
     return value
+
+
+# '%%': these expressions go into statements with parameters (the driver's paramstyle)
+_DATE_TIME = ("IF(YEAR({col}) = 0, NULL, IF(MICROSECOND({col}) = 0, "
+              "DATE_FORMAT({col}, '%%Y-%%m-%%d %%H:%%i:%%s'), "
+              "DATE_FORMAT({col}, '%%Y-%%m-%%d %%H:%%i:%%s.%%f')))")
+_JSON_EXPRESSIONS = {
+    **{name: "{col}" for name in INT_TYPES - {"year"}},
+    **{name: "{col}" for name in TEXT_TYPES}, "enum": "{col}", "set": "{col}",
+    "decimal": "CAST({col} AS CHAR)", "numeric": "CAST({col} AS CHAR)",
+    "date": "IF(YEAR({col}) = 0, NULL, DATE_FORMAT({col}, '%%Y-%%m-%%d'))",
+    "datetime": _DATE_TIME, "timestamp": _DATE_TIME,
+}
+
+
+def json_expression(column_type: str, collation: str | None) -> str | None:
+    """SQL giving the column's canonical value inside the server's ``JSON_OBJECT`` (the dump
+    fast path), or None for types whose JSON form could differ from the canonical value
+    (floating point, binary strings, BIT, TIME, YEAR, JSON)."""
+    name = base_type(column_type)
+    if name in TEXT_TYPES and (collation is None or collation == "binary"):
+        return None
+    return _JSON_EXPRESSIONS.get(name)

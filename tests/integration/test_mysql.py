@@ -13,6 +13,7 @@ import pytest
 
 from dblog.dumps import ChunkPlan
 from dblog.engine import EngineSettings, PhaseHooks
+from dblog.model import TableId
 from dblog.outputs.jsonl import JsonlOutput
 from dblog.pipeline import Pipeline
 
@@ -109,6 +110,7 @@ def test_case_insensitive_keys_follow_the_collation(maria: Kit, tmp_path: Path) 
         for writer in writers:
             writer.start()
         _dump(pipeline, [maria.table("t_ci")])
+        wait_until(lambda: counts["case"] > 50 or bool(errors), 60, "case-only key updates")
         stop.set()
         for writer in writers:
             writer.join(30)
@@ -327,3 +329,42 @@ def test_a_killed_binlog_connection_resumes_without_loss_or_duplicates(
     assert restarts == 0, "the adapter reconnects by itself; the pipeline did not restart"
     check_commit_order(events, maria.parse_position)
     assert replayed(events) == maria.source_rows([maria.table("t_int")])
+
+
+SAFE_TYPES = """
+  id bigint PRIMARY KEY, i int, u int unsigned, d decimal(12,2), n varchar(20), t text,
+  l varchar(10) CHARACTER SET latin1, dt date, ts timestamp(6) NULL, dtm datetime,
+  e enum('a','b'), st set('x','y')
+"""
+
+
+def test_server_encoded_dump_rows_match_log_events(maria: Kit, tmp_path: Path) -> None:
+    """Tables whose columns all have an exact JSON form are dumped through JSON_OBJECT."""
+    from dblog.connectors.mysql.chunks import encoded_select
+
+    maria.execute(f"CREATE TABLE safe ({SAFE_TYPES})")
+    reader = maria.chunk_reader()
+    try:
+        assert encoded_select(reader.table_info(TableId.parse(maria.table("safe")))) is not None
+    finally:
+        reader.close()
+    pipeline = _pipeline(maria, tmp_path, chunk=2, tables=[maria.table("safe")]).start()
+    try:
+        maria.execute("INSERT INTO safe VALUES (1, -5, 4294967295, -1.50, 'q\"uote\\\\', "
+                      "'tab\\tnew\\nline \U0001f600', 'Ünï', '2024-02-29', "
+                      "'2024-06-30 12:00:00.000001', '2024-01-01 10:11:12', 'b', 'x,y'), "
+                      "(2, NULL, 0, 0, '', '', '', '0001-01-01', '1970-01-01 00:00:01', "
+                      "'1000-01-01 00:00:00', 'a', ''), (3, NULL, NULL, NULL, NULL, NULL, NULL, "
+                      "NULL, NULL, NULL, NULL, NULL)")
+        _dump(pipeline, [maria.table("safe")], 30)
+        _catch_up(pipeline, maria)
+    finally:
+        pipeline.stop()
+    events = read_events(tmp_path / "out.jsonl")
+    logged = {e["key"][0]: e["after"] for e in events if e["op"] == "insert"}
+    dumped = {e["key"][0]: e["after"] for e in events if e["op"] == "read"}
+    assert sorted(logged) == sorted(dumped) == [1, 2, 3]
+    for key in (1, 2, 3):
+        assert logged[key] == dumped[key], key
+    assert dumped[1]["d"] == "-1.50" and dumped[1]["n"] == 'q"uote\\'
+    assert dumped[1]["ts"] == "2024-06-30 12:00:00.000001" and dumped[2]["st"] == ""
