@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -231,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=200.0, help="writer transactions per s")
     parser.add_argument("--before", type=float, default=4.0, help="seconds of load before kill")
     parser.add_argument("--after", type=float, default=4.0, help="seconds of load after it")
+    parser.add_argument("--keep", action="store_true", help="keep the work dir (logs, output)")
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="dblog-failover-"))
     progress(f"servers starting; work dir {root}")
@@ -239,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         result = measure(bench, args)
     finally:
         bench.close()
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(result), flush=True)
     return 0
 
