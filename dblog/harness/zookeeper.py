@@ -92,7 +92,8 @@ class ZooKeeperServer:
             if self._proc is not None and self._proc.poll() is not None:
                 raise HarnessError(f"ZooKeeper exited with {self._proc.returncode}: "
                                    f"{self.log_tail()}")
-            if four_letter(self.port, b"ruok") == b"imok":
+            # ruok answers before the server takes sessions; srvr reports a Mode once it does
+            if b"Mode:" in (four_letter(self.port, b"srvr") or b""):
                 return
             time.sleep(0.1)
         self.stop_server()
