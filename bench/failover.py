@@ -165,7 +165,8 @@ def watch_takeover(path: Path, prefix: int, killed_ns: int, timeout: float) -> f
     raise RuntimeError("the new leader wrote nothing")
 
 
-def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+def start_pair(bench: Bench) -> None:
+    """The table, leader a (which dumps it first) and standby b."""
     with psycopg.connect(bench.dsn, autocommit=True) as conn:
         conn.execute("CREATE SEQUENCE ver; CREATE TABLE ha_bench (id int PRIMARY KEY, "
                      "ver bigint NOT NULL, v text)")
@@ -175,6 +176,10 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     wait_until(lambda: bench.leader() == "a", 60, "a to lead")
     bench.start("b")
     wait_until(bench.dump_done, 120, "the initial dump")
+
+
+def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+    start_pair(bench)
     writer = Writer(bench.dsn, args.rate)
     writer.start()
     time.sleep(args.before)
