@@ -62,6 +62,11 @@ def encoded_decoder(info: TableInfo) -> RowDecoder:
     collations = info.extra.get("collations", {})
     norms = [key_converter(collations.get(k)) for k in info.key_columns]
     count = len(norms)
+    if norms == [None]:  # one key column that needs no normalising (integers, binary)
+        def decode_one(raw: tuple[Any, ...]) -> tuple[Key, Any]:
+            return (raw[0],), EncodedRow(raw[1])
+
+        return decode_one
 
     def decode(raw: tuple[Any, ...]) -> tuple[Key, Any]:
         key = tuple(v if n is None else n(v) for v, n in zip(raw[:count], norms, strict=True))
