@@ -5,7 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # zookeeper ships the jars only (zookeeperd would add a system service); the harness starts its own
-PACKAGES=(postgresql-15 postgresql-15-wal2json zookeeper default-jre-headless)
+# mariadb-server: the MariaDB test harness; pkg-config and libmariadb-dev build mysqlclient
+PACKAGES=(postgresql-15 postgresql-15-wal2json zookeeper default-jre-headless mariadb-server
+          pkg-config libmariadb-dev)
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
 
