@@ -14,7 +14,7 @@ try:
 
     DRIVER = "mysqlclient"
 except ImportError:  # pragma: no cover - depends on the installed extra
-    import pymysql as _driver  # type: ignore[no-redef]
+    import pymysql as _driver
 
     DRIVER = "pymysql"
 

@@ -137,7 +137,8 @@ class BinlogDecoder:
             return []
         if plan.watermark:
             return self._watermarks(plan, event, op, position)
-        table, items, key_of = plan.table, [], plan.key_of
+        table, key_of = plan.table, plan.key_of
+        items: list[LogItem] = []
         for raw in event.rows:
             if op is Op.UPDATE:
                 before = plan.row(raw["before_values"], raw.get("before_none_sources"))
