@@ -529,6 +529,10 @@ def _measure(admin: Any, dsn: str, rows: int, chunk_size: int, workdir: Path, ti
             "stream_seconds_to_running": round(stream["seconds_to_running"], 3),
             "stream_events_per_s_to_emitted": round(rows / stream["seconds_to_emitted"], 1),
             "raw_stream_events_per_s_runs": [round(r, 1) for r in raw_stream_runs],
+            # the machine's speed drifts between runs: the ratios against the fastest raw run
+            # are the conservative reading
+            "dump_ratio_vs_fastest_raw": round(dump_rate / max(raw_runs), 4),
+            "stream_ratio_vs_fastest_raw": round(stream_rate / max(raw_stream_runs), 4),
             "update_transactions": transactions,
             "table_mib": round(size / 2**20, 1),
         },

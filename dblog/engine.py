@@ -215,7 +215,7 @@ class Engine:
                 # the stream allocates many short-lived, acyclic objects; move what start-up
                 # built out of the collector's way and collect young objects less often
                 gc.freeze()
-                gc.set_threshold(50_000, 20, 20)
+                gc.set_threshold(200_000, 50, 50)
             self.running.set()
             try:
                 self._loop(reader)
@@ -294,9 +294,10 @@ class Engine:
         if isinstance(item, Watermark):
             self._on_watermark(item)
             return
-        if item.op is Op.BEGIN:
+        op = item.op
+        if op is Op.BEGIN:
             self._tx = _Transaction(begin=item)
-        elif item.op is Op.COMMIT:
+        elif op is Op.COMMIT:
             if self._tx.emitted:
                 self.delivery.emit(item)
             self._tx = _Transaction()
@@ -304,20 +305,26 @@ class Engine:
             self._boundary_seq = self.delivery.last_seq
             self.delivery.mark(item.position)
         else:
-            if self._open is None and self._staged is not None \
-                    and item.table == self._staged.plan.table:
-                self._materialize()  # its pending transactions may evict rows already
-            if self._open is not None:
-                self._open.window = on_change(self._open.window, item)
-            if item.txid is not None and item.table is not None:
-                key = None if item.op in TABLE_OPS else item.key
-                self._recent.add(item.txid, item.table, key, bool(item.unchanged))
+            if self._open is not None or self._staged is not None:
+                self._apply_to_chunks(item)
+            table = item.table
+            if item.txid is not None and table is not None:
+                key = None if op in TABLE_OPS else item.key
+                self._recent.add(item.txid, table, key, bool(item.unchanged))
                 if item.old_key is not None:
-                    self._recent.add(item.txid, item.table, item.old_key)
-            if self._tx.begin is not None and not self._tx.emitted:
-                self.delivery.emit(self._tx.begin)
-                self._tx.emitted = True
+                    self._recent.add(item.txid, table, item.old_key)
+            tx = self._tx
+            if not tx.emitted and tx.begin is not None:
+                self.delivery.emit(tx.begin)
+                tx.emitted = True
             self.delivery.emit(item)
+
+    def _apply_to_chunks(self, item: ChangeEvent) -> None:
+        if self._open is None and self._staged is not None \
+                and item.table == self._staged.plan.table:
+            self._materialize()  # its pending transactions may evict rows already
+        if self._open is not None:
+            self._open.window = on_change(self._open.window, item)
 
     def _on_watermark(self, mark: Watermark) -> None:
         if self._staged is not None and mark.value == self._staged.low:

@@ -17,7 +17,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict
 
 from dblog.errors import FatalOutputError
-from dblog.formats import native
+from dblog.formats import native, native_line
 from dblog.model import ChangeEvent, EncodedRow, Op
 
 _BLOCK = 1 << 16
@@ -110,7 +110,9 @@ class JsonlOutput:
     def write(self, events: Sequence[ChangeEvent]) -> None:
         handle = self._require()
         try:
-            handle.write(b"".join([self._encode(e) for e in events]))
+            encode, line = self._encode, native_line
+            handle.write(b"".join([line(e) if type(e.after) is dict else encode(e)
+                                   for e in events]))
         except OSError as exc:
             raise FatalOutputError(f"writing {self.config.path} failed: {exc}") from exc
         if events:
@@ -121,7 +123,7 @@ class JsonlOutput:
         if event.op is Op.READ and isinstance(after, EncodedRow):
             # dump rows: a cached prefix per chunk, the server-encoded row spliced in
             return self._read_line(event, after)
-        return orjson.dumps(native(event), option=orjson.OPT_APPEND_NEWLINE)
+        return native_line(event)
 
     def _read_line(self, event: ChangeEvent, after: EncodedRow) -> bytes:
         ident = (event.table, event.position, event.dump_id)

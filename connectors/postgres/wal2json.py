@@ -29,17 +29,17 @@ WAL2JSON_OPTIONS: dict[str, str] = {
 _ROW_ACTIONS = {"I": Op.INSERT, "U": Op.UPDATE, "D": Op.DELETE}
 
 
-def _identity(value: Any) -> Any:
-    return value
-
-
-def log_converter(type_name: str) -> Converter:
+def log_converter(type_name: str) -> Converter | None:
     """The converter for a value as wal2json's JSON gives it: integers, booleans and strings
-    arrive in canonical form already; numerics and floats (parsed as strings) do not."""
+    arrive in canonical form already (None: nothing to convert); numerics and floats (parsed as
+    strings) do not."""
     name = base_type(type_name)
     if name in FLOAT_TYPES or name == "numeric":
         return converter_for(type_name)
-    return _identity
+    return None
+
+
+_UNSEEN: Any = object()
 
 
 class _TableMeta:
@@ -84,7 +84,7 @@ class Wal2JsonDecoder:
         self.columns_of = columns_of
         self.key_columns = dict(key_columns or {})
         self._tables: dict[tuple[str, str], _TableMeta] = {}
-        self._converters: dict[str, Converter] = {}
+        self._converters: dict[str, Converter | None] = {}
 
     def _row(self, meta: _TableMeta, columns: Sequence[Mapping[str, Any]]) -> Row:
         """Values as JSON gave them; numerics and floats converted (looked up by each column's
@@ -92,19 +92,15 @@ class Wal2JsonDecoder:
         converters = self._converters
         row: Row = {}
         for column in columns:
-            type_name, value = column["type"], column["value"]
-            convert = converters.get(type_name)
-            if convert is None:
-                convert = self._converter(type_name)
-            row[column["name"]] = value if convert is _identity or value is None \
-                else convert(value)
+            value = column["value"]
+            if value is not None:
+                convert = converters.get(column["type"], _UNSEEN)
+                if convert is _UNSEEN:
+                    convert = converters[column["type"]] = log_converter(column["type"])
+                if convert is not None:
+                    value = convert(value)
+            row[column["name"]] = value
         return row
-
-    def _converter(self, type_name: str) -> Converter:
-        convert = self._converters.get(type_name)
-        if convert is None:
-            convert = self._converters[type_name] = log_converter(type_name)
-        return convert
 
     def decode(self, payload: bytes | memoryview, header_lsn: int) -> LogItem | None:
         return self.decode_message(_decode(str(payload, "utf-8")), header_lsn)
@@ -159,19 +155,20 @@ class Wal2JsonDecoder:
         if op is Op.UPDATE and after is not None and not (
                 len(after) == len(meta.columns) and after.keys() >= meta.columns):
             unchanged = self._complete_toast(meta, after, identity)
-        key = _key(meta, identity if op is Op.DELETE else after)
         old_key = before = None
         if op is Op.DELETE:
-            before = identity
-        elif op is Op.UPDATE and identity is not None:
-            old = _key(meta, identity)
-            old_key = old if old != key else None
-            # an identity of only the key (REPLICA IDENTITY DEFAULT) is no before-image
-            if old_key is not None or len(identity) > len(meta.key_columns):
-                before = identity
-        return ChangeEvent(op, meta.table, key, before, after if op is not Op.DELETE else None,
-                           Lsn(header_lsn), msg.get("xid"), msg.get("timestamp"), old_key,
-                           unchanged)
+            key = _key(meta, identity)
+            before, after = identity, None
+        else:
+            key = _key(meta, after)
+            if identity is not None and op is Op.UPDATE:
+                old = _key(meta, identity)
+                old_key = old if old != key else None
+                # an identity of only the key (REPLICA IDENTITY DEFAULT) is no before-image
+                if old_key is not None or len(identity) > len(meta.key_columns):
+                    before = identity
+        return ChangeEvent(op, meta.table, key, before, after, Lsn(header_lsn), msg.get("xid"),
+                           msg.get("timestamp"), old_key, unchanged)
 
     def _watermark(self, after: Row | None, header_lsn: int, op: Op) -> Watermark | None:
         if op is Op.DELETE or after is None or after.get("name") != self.instance:

@@ -1,0 +1,52 @@
+"""The fast native line must equal the reference encoding byte for byte."""
+
+from __future__ import annotations
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dblog.formats import native, native_line
+from dblog.model import ChangeEvent, EncodedRow, Op, TableId
+from dblog.positions import Lsn
+
+values = st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1), st.text(max_size=20),
+                   st.booleans(), st.floats(allow_nan=False, allow_infinity=False))
+rows = st.dictionaries(st.text(min_size=1, max_size=8), values, max_size=6)
+
+
+@st.composite
+def events(draw: st.DrawFn) -> ChangeEvent:
+    op = draw(st.sampled_from([Op.INSERT, Op.UPDATE, Op.DELETE, Op.READ, Op.TRUNCATE,
+                               Op.BEGIN, Op.COMMIT]))
+    table = draw(st.one_of(st.none(), st.builds(TableId, st.text(max_size=6),
+                                                st.text(max_size=6))))
+    after = draw(st.one_of(st.none(), rows, rows.map(lambda r: EncodedRow(orjson.dumps(r)
+                                                                          .decode()))))
+    position = draw(st.one_of(st.none(), st.integers(0, 2**64 - 1).map(Lsn)))
+    return ChangeEvent(
+        op, table,
+        key=draw(st.one_of(st.none(), st.tuples(values), st.tuples(values, values))),
+        before=draw(st.one_of(st.none(), rows)), after=after, position=position,
+        txid=draw(st.one_of(st.none(), st.integers(0, 2**32))),
+        commit_ts=draw(st.one_of(st.none(), st.text(max_size=30))),
+        old_key=draw(st.one_of(st.none(), st.tuples(values))),
+        unchanged=draw(st.sampled_from([(), ("big",)])),
+        dump_id=draw(st.one_of(st.none(), st.just("d1"))),
+        seq=draw(st.integers(0, 2**40)),
+    )
+
+
+@settings(max_examples=400)
+@given(events())
+def test_native_line_equals_the_reference_encoding(event: ChangeEvent) -> None:
+    assert native_line(event) == orjson.dumps(native(event), option=orjson.OPT_APPEND_NEWLINE)
+
+
+def test_the_common_log_row_shape_takes_the_fast_path_and_matches() -> None:
+    event = ChangeEvent(Op.UPDATE, TableId("public", 'we"ird'), (7,), None,
+                        {"id": 7, "note": "a\nb", "amount": "1.50"}, Lsn((0x16 << 32) | 0xB3),
+                        726, "2026-11-21 17:19:06.385371+00", seq=41)
+    line = native_line(event)
+    assert line == orjson.dumps(native(event), option=orjson.OPT_APPEND_NEWLINE)
+    assert orjson.loads(line)["pos"] == "16/B3"
