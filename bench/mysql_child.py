@@ -1,0 +1,123 @@
+"""The dblog side of the MariaDB benchmark (bench/mysql.py), run in child processes."""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+DATABASE = "dblog_bench"
+TABLE = f"{DATABASE}.dblog_bench"
+
+_T0 = time.monotonic()
+
+
+def progress(message: str) -> None:
+    print(f"[bench {time.monotonic() - _T0:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def rss_kb() -> dict[str, int]:
+    """VmRSS and VmHWM of this process in kB."""
+    out: dict[str, int] = {}
+    with contextlib.suppress(OSError), open("/proc/self/status", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                key, value = line.split(":", 1)
+                out[key] = int(value.split()[0])
+    out.setdefault("VmHWM", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return out
+
+
+def _alive(pipeline: Any) -> None:
+    thread = pipeline._thread
+    if thread is not None and not thread.is_alive():
+        pipeline.join(0)
+        raise RuntimeError("the pipeline stopped unexpectedly")
+
+
+def _count_ops(path: Path, op: str) -> int:
+    needle = f'"op":"{op}"'.encode()
+    with open(path, "rb") as handle:
+        return sum(1 for line in handle if needle in line)
+
+
+def _pipeline(args: dict[str, Any], name: str, start: str | None = None) -> Any:
+    from dblog.connectors.mysql import MysqlConnector
+    from dblog.engine import EngineSettings
+    from dblog.outputs.jsonl import JsonlOutput
+    from dblog.pipeline import Pipeline
+    from dblog.state import FileStateStore
+
+    work = Path(args["workdir"])
+    state_path = work / f"{name}-state.json"
+    if start is not None:  # resume from the position taken before the updates
+        FileStateStore(state_path).save({"position": start, "seq": 0, "dumps": []}, None, 0)
+    return Pipeline(
+        MysqlConnector({"dsn": args["dsn"], "tables": [TABLE], "server_id": args["server_id"]},
+                       name),
+        [JsonlOutput({"path": str(work / f"{name}.jsonl")})], state_path=str(state_path),
+        settings=EngineSettings(chunk_size=args["chunk_size"]))
+
+
+def child_dump(args: dict[str, Any]) -> dict[str, Any]:
+    name = "bench_dump"
+    baseline = rss_kb()
+    pipeline = _pipeline(args, name).start()
+    try:
+        started = time.monotonic()
+        dump_id = pipeline.dump([TABLE])
+        done_at = None
+        while True:
+            status = pipeline.status()
+            dump = next((d for d in status["dumps"] if d["id"] == dump_id), None)
+            if dump is not None and dump["state"] in ("failed", "cancelled"):
+                raise RuntimeError(f"dump {dump['state']}: {dump.get('error')}")
+            if dump is not None and dump["state"] == "done":
+                done_at = done_at or time.monotonic()
+                if status["committed_seq"] >= status["emitted_seq"]:
+                    break
+            if time.monotonic() > started + args["timeout_s"]:
+                raise RuntimeError(f"dump not done after {args['timeout_s']}s: {dump}")
+            _alive(pipeline)
+            time.sleep(0.01)
+        flushed_at = time.monotonic()
+        chunks = sum(t["chunks"] for t in dump["tables"])
+    finally:
+        pipeline.stop()
+    rows = _count_ops(Path(args["workdir"]) / f"{name}.jsonl", "read")
+    return {"rows": rows, "chunks": chunks, "seconds": flushed_at - started,
+            "seconds_to_done": done_at - started,
+            "rss_baseline_mb": baseline.get("VmRSS", 0) / 1024,
+            "peak_rss_mb": rss_kb()["VmHWM"] / 1024}
+
+
+def child_stream(args: dict[str, Any]) -> dict[str, Any]:
+    name = "bench_stream"
+    baseline = rss_kb()
+    started = time.monotonic()
+    pipeline = _pipeline(args, name, start=args["start"]).start()
+    try:
+        emitted_at = None
+        while True:
+            status = pipeline.status()
+            if emitted_at is None and status["emitted_seq"] >= args["expected_seq"]:
+                emitted_at = time.monotonic()
+            if status["committed_seq"] >= args["expected_seq"]:
+                break
+            if time.monotonic() > started + args["timeout_s"]:
+                raise RuntimeError(f"stream not consumed after {args['timeout_s']}s: {status}")
+            _alive(pipeline)
+            time.sleep(0.01)
+        committed_at = time.monotonic()
+    finally:
+        pipeline.stop()
+    updates = _count_ops(Path(args["workdir"]) / f"{name}.jsonl", "update")
+    return {"updates": updates, "seconds": committed_at - started,
+            "seconds_to_emitted": (emitted_at or committed_at) - started,
+            "rss_baseline_mb": baseline.get("VmRSS", 0) / 1024,
+            "peak_rss_mb": rss_kb()["VmHWM"] / 1024}
+
+
