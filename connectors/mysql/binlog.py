@@ -194,9 +194,11 @@ class MysqlLogReader:
             self._begin(out, self._committed.with_gtid(
                 event.domain_id, event.server_id, event.gtid_seq_no), event.gtid_seq_no, event)
         elif kind is GtidEvent:
-            assert isinstance(self._committed, MysqlGtidSet)
             sid, _, gno = event.gtid.partition(":")
-            self._begin(out, self._committed.with_gtid(sid, int(gno)), int(gno), event)
+            if isinstance(self._committed, MysqlGtidSet):
+                self._begin(out, self._committed.with_gtid(sid, int(gno)), int(gno), event)
+            else:  # resuming by file and offset (GTIDs turned on since): positions stay files
+                self._begin(out, None, _file_txid(self._file_position(event)), event)
         elif kind is XidEvent:
             self._commit(out, event)
         elif kind is QueryEvent:
