@@ -118,7 +118,8 @@ class MysqlLogReader:
             raise classify(exc, "opening the binlog stream") from exc
 
     def _reconnect(self, cause: BaseException) -> None:
-        log.warning("binlog connection lost (%s); reconnecting from %s", cause, self._committed)
+        log.warning("binlog connection lost (%s); reconnecting from %s, skipping %d item(s) "
+                    "of the open transaction", cause, self._committed, self._handed)
         self._close_stream()
         self._skip, self._handed = self._handed, 0
         self._tx_position = self._txid = None
