@@ -64,10 +64,32 @@ def log_converter(column: Any, flavor: Flavor) -> Converter:
     return _BY_TYPE.get(kind, to_text)
 
 
+_WIDE = (("utf16le_", "utf-16-le"), ("utf16_", "utf-16-be"), ("utf32_", "utf-32-be"),
+         ("ucs2_", "utf-16-be"))
+
+
+def _wide_codec(collation: str | None) -> str | None:
+    """MySQL's UTF-16/32 and UCS-2 are big-endian without a BOM; mysql-replication would
+    decode them with the machine's byte order."""
+    for prefix, codec in _WIDE:
+        if collation and collation.startswith(prefix):
+            return codec
+    return None
+
+
+def _fix_wide_charsets(columns: Sequence[Any]) -> None:
+    """Name the Python codec as the column charset: mysql-replication decodes with a charset
+    name it does not know as that codec (before the rows are read)."""
+    for column in columns:
+        codec = _wide_codec(getattr(column, "collation_name", None))
+        if codec is not None:
+            column.character_set_name = codec
+
+
 class TablePlan:
     """How to turn one table's binlog rows into canonical rows and keys."""
 
-    __slots__ = ("convert_at", "key_of", "sets", "table", "watermark")
+    __slots__ = ("convert_at", "key_of", "sets", "table", "watermark", "wide_charsets")
 
     def __init__(self, table: TableId, watermark: bool, columns: Sequence[Any],
                  keys: tuple[str, ...], flavor: Flavor) -> None:
@@ -76,6 +98,8 @@ class TablePlan:
         self.convert_at = [(c.name, f) for c in columns
                            if (f := log_converter(c, flavor)) is not identity]
         self.sets = tuple(c.name for c in columns if c.type == 248)
+        self.wide_charsets = any(_wide_codec(getattr(c, "collation_name", None))
+                                 for c in columns)
         collations = {c.name: getattr(c, "collation_name", None) for c in columns}
         key_at = [(k, key_converter(collations.get(k))) for k in keys]
 
@@ -135,6 +159,8 @@ class BinlogDecoder:
         plan = self._plan(event)
         if plan is None:
             return []
+        if plan.wide_charsets:
+            _fix_wide_charsets(event.columns)
         if plan.watermark:
             return self._watermarks(plan, event, op, position)
         table, key_of = plan.table, plan.key_of

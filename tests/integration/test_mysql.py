@@ -171,7 +171,10 @@ TYPES = """
   ts timestamp(3) NULL, tm time, tm6 time(6), y year, c char(5), vc varchar(20),
   vl varchar(20) CHARACTER SET latin1, tx text, tx2 mediumtext CHARACTER SET utf8mb3,
   bn binary(6), vb varbinary(10), bl blob, e enum('a','b','c d'), st set('x','y','z'),
-  j json, bt bit(10), b1 bit(1), uc char(36), ub binary(16)
+  j json, bt bit(10), b1 bit(1), uc char(36), ub binary(16),
+  u16 varchar(10) CHARACTER SET utf16, sj varchar(10) CHARACTER SET sjis,
+  cy varchar(10) CHARACTER SET cp1251, gb varchar(10) CHARACTER SET gbk,
+  asc_ varchar(10) CHARACTER SET ascii, u32 text CHARACTER SET utf32
 """
 TYPE_ROWS = [
     "(1, -128, 255, -32768, 65535, -8388608, 16777215, -2147483648, 4294967295, "
@@ -180,12 +183,13 @@ TYPE_ROWS = [
     "'2024-06-30 12:00:00.123', '-838:59:59', '12:34:56.000001', 2024, 'ab  ', 'héllo wörld', "
     "'Ünïcödé', '\U0001f600 text', 'mb3 ü', x'610000000000', x'00ff00', x'deadbeef00', 'c d', "
     "'x,z', '{\"a\": [1, 2.50, \"x\"], \"b\": null}', b'1010101010', b'1', "
-    "'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', unhex('a0eebc999c0b4ef8bb6d6bb9bd380a11'))",
+    "'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', unhex('a0eebc999c0b4ef8bb6d6bb9bd380a11'), "
+    "'ŭtf16 😀', 'ｶﾀｶﾅ日本', 'Привет', '中文', 'plain', 'utf32 é')",
     "(2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1.2345678, 1e300, '0001-01-01', "
     "'1000-01-01 00:00:00', '2038-01-19 03:14:07.5', '1970-01-01 00:00:01', '838:59:59', "
     "'-00:00:00.5', 1901, '', '', '', '', '', x'', x'', x'', 'a', '', '[]', b'0', b'0', '', "
-    "unhex('00000000000000000000000000000000'))",
-    "(3, " + ", ".join(["NULL"] * 36) + ")",
+    "unhex('00000000000000000000000000000000'), '', '', '', '', '', '')",
+    "(3, " + ", ".join(["NULL"] * 42) + ")",
 ]
 
 
@@ -222,6 +226,8 @@ def test_every_type_has_the_same_value_in_a_dump_row_and_a_log_event(maria: Kit,
     assert first["bt"] == 0b1010101010 and first["b1"] == 1
     assert first["uc"] == "A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11"
     assert first["ub"] == "a0eebc999c0b4ef8bb6d6bb9bd380a11"
+    assert first["u16"] == "ŭtf16 \U0001f600" and first["sj"] == "ｶﾀｶﾅ日本"
+    assert first["cy"] == "Привет" and first["gb"] == "中文" and first["u32"] == "utf32 é"
     assert all(v is None for k, v in logged[3].items() if k != "id")
 
 
