@@ -58,18 +58,34 @@ def encoded_select(info: TableInfo) -> str | None:
     return f"{keys}, JSON_OBJECT({', '.join(parts)})"
 
 
-def encoded_decoder(info: TableInfo) -> RowDecoder:
+def _key_converters(info: TableInfo) -> list[Callable[[Any], Any] | None]:
+    """Per key column: the canonical conversion and the collation normaliser, or None."""
+    types = {c.name: c.type_name for c in info.columns}
     collations = info.extra.get("collations", {})
-    norms = [key_converter(collations.get(k)) for k in info.key_columns]
-    count = len(norms)
-    if norms == [None]:  # one key column that needs no normalising (integers, binary)
+    out: list[Callable[[Any], Any] | None] = []
+    for name in info.key_columns:
+        convert, norm = dump_converter(types[name]), key_converter(collations.get(name))
+        if norm is not None:
+            out.append(norm)  # character columns: the driver gives str already
+        elif convert is not identity:
+            out.append(convert)
+        else:
+            out.append(None)
+    return out
+
+
+def encoded_decoder(info: TableInfo) -> RowDecoder:
+    converters = _key_converters(info)
+    count = len(converters)
+    if converters == [None]:  # one key column that needs no conversion (integers)
         def decode_one(raw: tuple[Any, ...]) -> tuple[Key, Any]:
             return (raw[0],), EncodedRow(raw[1])
 
         return decode_one
 
     def decode(raw: tuple[Any, ...]) -> tuple[Key, Any]:
-        key = tuple(v if n is None else n(v) for v, n in zip(raw[:count], norms, strict=True))
+        key = tuple(v if f is None or v is None else f(v)
+                    for v, f in zip(raw[:count], converters, strict=True))
         return key, EncodedRow(raw[count])
 
     return decode

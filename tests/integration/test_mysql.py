@@ -380,3 +380,30 @@ def test_server_encoded_dump_rows_match_log_events(maria: Kit, tmp_path: Path) -
         assert logged[key] == dumped[key], key
     assert dumped[1]["d"] == "-1.50" and dumped[1]["n"] == 'q"uote\\'
     assert dumped[1]["ts"] == "2024-06-30 12:00:00.000001" and dumped[2]["st"] == ""
+
+
+def test_binary_decimal_and_temporal_keys_chunk_and_match(maria: Kit, tmp_path: Path) -> None:
+    maria.execute("CREATE TABLE k_bin (id binary(16) PRIMARY KEY, v int)")
+    maria.execute("INSERT INTO k_bin SELECT unhex(md5(seq)), seq FROM seq_1_to_100")
+    maria.execute("CREATE TABLE k_dec (id decimal(8,2) PRIMARY KEY, v int)")
+    maria.execute("INSERT INTO k_dec SELECT seq / 4, seq FROM seq_1_to_100")
+    maria.execute("CREATE TABLE k_dt (id datetime(6) PRIMARY KEY, v int)")
+    maria.execute("INSERT INTO k_dt SELECT timestamp'2024-01-01 00:00:00' + interval seq * 7 "
+                  "microsecond + interval seq second, seq FROM seq_1_to_100")
+    tables = [maria.table(t) for t in ("k_bin", "k_dec", "k_dt")]
+    pipeline = _pipeline(maria, tmp_path, chunk=7, tables=tables).start()
+    try:
+        dump_id = _dump(pipeline, tables)
+        maria.execute("UPDATE k_bin SET v = -v WHERE v % 3 = 0")
+        maria.execute("UPDATE k_dec SET id = id + 100 WHERE v % 5 = 0")
+        maria.execute("DELETE FROM k_dt WHERE v % 4 = 0")
+        _catch_up(pipeline, maria)
+    finally:
+        pipeline.stop()
+    events = read_events(tmp_path / "out.jsonl")
+    reads = Counter(e["table"] for e in events if e["op"] == "read" and e["dump_id"] == dump_id)
+    assert reads == {"k_bin": 100, "k_dec": 100, "k_dt": 100}
+    keys = {e["table"]: e["key"][0] for e in events if e["op"] == "read"}
+    assert len(keys["k_bin"]) == 32 and keys["k_dec"] == "25.00"
+    assert keys["k_dt"].startswith("2024-01-01 00:01:40.000700")
+    assert replayed(events) == maria.source_rows(tables)
