@@ -121,7 +121,9 @@ class MysqlLogReader:
         log.warning("binlog connection lost (%s); reconnecting from %s, skipping %d item(s) "
                     "of the open transaction", cause, self._committed, self._handed)
         self._close_stream()
-        self._skip, self._handed = self._handed, 0
+        # the server sends the open transaction again from its start: skip all of it that was
+        # handed out (also when this drop came while still skipping after an earlier one)
+        self._skip = self._handed
         self._tx_position = self._txid = None
         self._open()
 
@@ -208,7 +210,8 @@ class MysqlLogReader:
     def _begin(self, out: list[LogItem], position: Position | None, txid: int,
                event: Any) -> None:
         self._tx_position, self._txid, self._ts = position, txid, _ts(event.timestamp)
-        self._handed = 0  # a transaction left open (nothing of it captured) is abandoned
+        if self._skip == 0:  # a new transaction; one left open (nothing of it captured) ends
+            self._handed = 0
         self._hand(out, [ChangeEvent(Op.BEGIN, None, txid=txid, commit_ts=self._ts,
                                      position=position)])
 
