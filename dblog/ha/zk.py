@@ -102,10 +102,26 @@ class ZkPaths:
         return f"{self.base}/rejected"
 
 
+def spread_hosts(hosts: str, at_least: int = 3) -> str:
+    """``hosts`` with its server list repeated to at least ``at_least`` entries.
+
+    kazoo waits ``session timeout / number of hosts`` for the answer to a connect request. A
+    server that accepts the socket but never answers (ZooKeeper 3.8 leaks connections that
+    arrive while it starts up) would cost a one-server client its whole session; listed three
+    times, a hung attempt gives up after a third of it and the next attempt still saves the
+    session."""
+    servers, slash, chroot = hosts.partition("/")
+    entries = [h for h in servers.split(",") if h.strip()]
+    if not entries:
+        return hosts
+    repeat = -(-at_least // len(entries))
+    return ",".join(entries * repeat) + slash + chroot
+
+
 def connect(hosts: str, session_timeout_s: float, connect_timeout_s: float = 15.0,
             **kwargs: Any) -> KazooClient:
     """A started kazoo client; raises RetryableStateError when no server answers in time."""
-    client = KazooClient(hosts=hosts, timeout=session_timeout_s,
+    client = KazooClient(hosts=spread_hosts(hosts), timeout=session_timeout_s,
                          connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0},
                          **kwargs)
     try:

@@ -25,6 +25,7 @@ from dblog.harness.postgres import HarnessError, free_port
 
 ZK_JAR = "/usr/share/java/zookeeper.jar"
 MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
+SLF4J_SIMPLE = "/usr/share/java/slf4j-simple.jar"
 TICK_MS = 250
 """Session timeouts must lie between 2 and 20 ticks unless set; the config below widens it."""
 
@@ -43,6 +44,8 @@ def find_classpath() -> str:
     if not all(Path(p).exists() for p in classpath.split(":")):
         raise HarnessError(f"ZooKeeper jars not found ({classpath}); run `sudo bash "
                            "scripts/setup.sh` (installs the zookeeper Debian package)")
+    if Path(SLF4J_SIMPLE).exists():  # server.log gets the server's own log when present
+        classpath = f"{classpath}:{SLF4J_SIMPLE}"
     return classpath
 
 
@@ -80,6 +83,8 @@ class ZooKeeperServer:
         try:
             self._proc = subprocess.Popen(
                 [self.java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                 "-Dorg.slf4j.simpleLogger.showDateTime=true",
+                 "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
                  "-cp", self.classpath, MAIN, str(self.root / "zoo.cfg")],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         finally:

@@ -25,7 +25,7 @@ ROWS = 4000
 
 
 @pytest.fixture()
-def own_zk() -> Iterator[ZooKeeperServer]:
+def own_zk(tmp_path: Path) -> Iterator[ZooKeeperServer]:
     try:
         server = start_zookeeper()
     except (HarnessError, OSError) as exc:
@@ -33,6 +33,7 @@ def own_zk() -> Iterator[ZooKeeperServer]:
     try:
         yield server
     finally:
+        (tmp_path / "zookeeper.log").write_text(server.log_tail(10**7))
         server.stop()
 
 
