@@ -153,11 +153,17 @@ class MysqlLogReader:
             event = self._fetch()
             if event is None:
                 raise RetryableSourceError("the server ended the binlog stream")
+            packet = getattr(event, "packet", None)
+            if not isinstance(event, HeartbeatLogEvent):
+                self._on_event(event, items, packet)  # reads the rows through the packet
+            # mysql-replication's event and its packet wrapper refer to each other: break the
+            # cycle, or every event waits for the cyclic collector (which the engine runs
+            # rarely) and memory grows by kilobytes per event in the meantime
+            event.packet = None
             if isinstance(event, HeartbeatLogEvent):
                 if items or time.monotonic() >= deadline:
                     break
                 continue
-            self._on_event(event, items)
             if items and time.monotonic() >= deadline:
                 break
         return items
@@ -186,11 +192,11 @@ class MysqlLogReader:
             self._handed += 1
             out.append(item)
 
-    def _on_event(self, event: Any, out: list[LogItem]) -> None:
+    def _on_event(self, event: Any, out: list[LogItem], packet: Any) -> None:
         kind = type(event)
         op = _ROW_OPS.get(kind)
         if op is not None:
-            position = self._tx_position or self._file_position(event)
+            position = self._tx_position or self._file_position(packet)
             self._hand(out, self.decoder.rows(event, op, position, self._txid, self._ts))
         elif kind is MariadbGtidEvent:
             assert isinstance(self._committed, MariadbGtid)
@@ -201,11 +207,11 @@ class MysqlLogReader:
             if isinstance(self._committed, MysqlGtidSet):
                 self._begin(out, self._committed.with_gtid(sid, int(gno)), int(gno), event)
             else:  # resuming by file and offset (GTIDs turned on since): positions stay files
-                self._begin(out, None, _file_txid(self._file_position(event)), event)
+                self._begin(out, None, _file_txid(self._file_position(packet)), event)
         elif kind is XidEvent:
-            self._commit(out, event)
+            self._commit(out, event, packet)
         elif kind is QueryEvent:
-            self._on_query(event, out)
+            self._on_query(event, out, packet)
 
     def _begin(self, out: list[LogItem], position: Position | None, txid: int,
                event: Any) -> None:
@@ -215,28 +221,27 @@ class MysqlLogReader:
         self._hand(out, [ChangeEvent(Op.BEGIN, None, txid=txid, commit_ts=self._ts,
                                      position=position)])
 
-    def _on_query(self, event: Any, out: list[LogItem]) -> None:
+    def _on_query(self, event: Any, out: list[LogItem], packet: Any) -> None:
         query = event.query.strip() if isinstance(event.query, str) else \
             bytes(event.query).decode("utf-8", "replace").strip()
         upper = query[:20].upper()
         if upper == "BEGIN":
             if self._txid is None:  # no GTIDs: the BEGIN query opens the transaction
-                file_position = self._file_position(event)
-                self._begin(out, None, _file_txid(file_position), event)
+                self._begin(out, None, _file_txid(self._file_position(packet)), event)
             return
         if upper == "COMMIT":
-            self._commit(out, event)
+            self._commit(out, event, packet)
             return
         if upper.startswith(_SKIP_QUERIES):
             return
         if self._txid is None:
-            self._begin(out, None, _file_txid(self._file_position(event)), event)
+            self._begin(out, None, _file_txid(self._file_position(packet)), event)
         schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
-        position = self._tx_position or self._file_position(event)
+        position = self._tx_position or self._file_position(packet)
         produced = self.decoder.ddl(query, schema or "", position, self._txid, self._ts)
         self._forget_table_maps(query, schema or "")
         self._hand(out, produced)
-        self._commit(out, event)  # DDL commits implicitly
+        self._commit(out, event, packet)  # DDL commits implicitly
 
     def _forget_table_maps(self, query: str, schema: str) -> None:
         """``freeze_schema`` makes mysql-replication parse a table map once per table id (the
@@ -250,17 +255,18 @@ class MysqlLogReader:
             if (table.schema, table.table) in tables:
                 del table_map[table_id]
 
-    def _commit(self, out: list[LogItem], event: Any) -> None:
-        position = self._tx_position or self._file_position(event)
+    def _commit(self, out: list[LogItem], event: Any, packet: Any) -> None:
+        position = self._tx_position or self._file_position(packet)
         self._hand(out, [ChangeEvent(Op.COMMIT, None, txid=self._txid, commit_ts=self._ts,
                                      position=position)])
         self._committed = position
         self._tx_position = self._txid = None
         self._handed = self._skip = 0
 
-    def _file_position(self, event: Any) -> Position:
+    def _file_position(self, packet: Any) -> Position:
+        """Where the event ends (``packet``: mysql-replication's packet wrapper of it)."""
         assert self._stream is not None
-        return BinlogPosition(self._stream.log_file or "", int(event.packet.log_pos))
+        return BinlogPosition(self._stream.log_file or "", int(packet.log_pos))
 
     def acknowledge(self, position: Position) -> None:
         """Nothing to confirm: the binlog has no slot; its retention must cover downtime."""
