@@ -56,7 +56,8 @@ def _pipeline(args: dict[str, Any], name: str, start: str | None = None) -> Any:
     if start is not None:  # resume from the position taken before the updates
         FileStateStore(state_path).save({"position": start, "seq": 0, "dumps": []}, None, 0)
     return Pipeline(
-        MysqlConnector({"dsn": args["dsn"], "tables": [TABLE], "server_id": args["server_id"]},
+        MysqlConnector({"dsn": args["dsn"], "tables": [TABLE], "server_id": args["server_id"],
+                        "heartbeat_s": args.get("heartbeat_s", 0.1)},
                        name),
         [JsonlOutput({"path": str(work / f"{name}.jsonl")})], state_path=str(state_path),
         settings=EngineSettings(chunk_size=args["chunk_size"]))
