@@ -18,7 +18,7 @@ from dblog.ha import requests
 from dblog.ha.election import ZooKeeperElection, read_leader
 from dblog.ha.lease import LeaseState
 from dblog.ha.zk import ZkPaths, ZooKeeperStateStore, connect
-from dblog.harness.postgres import HarnessError
+from dblog.harness.postgres import HarnessError, free_port
 from dblog.harness.zookeeper import ZooKeeperServer, start_zookeeper
 from tests.conftest import unavailable
 
@@ -50,7 +50,11 @@ class Node:
     """One candidate: client, election, fenced store."""
 
     def __init__(self, hosts: str, paths: ZkPaths, name: str) -> None:
-        self.client = connect(hosts, SESSION_S)
+        # one server entry, not connect()'s spread list: expire_session() relies on kazoo
+        # looking the hosts up again after a dropped connection
+        self.client = KazooClient(hosts=hosts, timeout=SESSION_S, connection_retry={
+            "max_tries": -1, "delay": 0.1, "max_delay": 1.0})
+        self.client.start(10)
         self.election = ZooKeeperElection(self.client, paths, SystemClock(),
                                           session_timeout_s=SESSION_S, instance_id=name)
         self.store = ZooKeeperStateStore(self.client, paths, fenced=True)
@@ -79,11 +83,17 @@ def campaign_in_background(node: Node) -> tuple[threading.Thread, list[int | Non
 
 
 def expire_session(hosts: str, client: KazooClient) -> None:
-    """End ``client``'s session from outside, as the server does after a partition."""
-    twin = KazooClient(hosts=hosts, client_id=client.client_id, timeout=SESSION_S)
-    twin.start(10)
-    twin.stop()
-    twin.close()
+    """End ``client``'s session from outside, as the server does after a partition: a twin
+    takes the session over and closes it, while ``client`` is pointed at a dead port so it
+    cannot win the session back meanwhile; then it may reconnect (and learn it expired)."""
+    client.set_hosts(f"127.0.0.1:{free_port()}")
+    try:
+        twin = KazooClient(hosts=hosts, client_id=client.client_id, timeout=SESSION_S)
+        twin.start(10)
+        twin.stop()
+        twin.close()
+    finally:
+        client.set_hosts(hosts)
 
 
 def test_one_leader_epochs_grow_and_a_standby_takes_over(
