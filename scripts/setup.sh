@@ -22,7 +22,16 @@ if [ "${#missing[@]}" -gt 0 ]; then
   # the package's post-install would create and start a default cluster; the harness makes its own
   $SUDO mkdir -p /etc/postgresql-common/createcluster.d
   echo "create_main_cluster = false" | $SUDO tee /etc/postgresql-common/createcluster.d/dblog.conf >/dev/null
+  # keep package scripts from starting system services (mariadb-server would start a server on
+  # port 3306); the harness starts its own servers. Only when no policy is in place already.
+  policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod +x /usr/sbin/policy-rc.d
+    policy=1
+  fi
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  if [ -n "$policy" ]; then $SUDO rm -f /usr/sbin/policy-rc.d; fi
 fi
 
 PYTHON="${PYTHON:-python3}"
