@@ -111,3 +111,19 @@ def _registered(maria: Kit, server_id: int) -> bool:
         rows = cur.fetchall()
     conn.close()
     return any(int(r[0]) == server_id for r in rows)
+
+
+def test_check_reports_tables_without_a_key_and_changes_nothing(maria: Kit) -> None:
+    from dblog.connectors.mysql import MysqlConnector
+
+    maria.execute("CREATE TABLE with_key (id int PRIMARY KEY)")
+    maria.execute("CREATE TABLE no_key (v int)")
+    connector = MysqlConnector({"dsn": maria.dsn, "server_id": 4444,
+                                "tables": [maria.table("*")]}, "check")
+    try:
+        findings = connector.check()
+    finally:
+        connector.close()
+    assert [f.level for f in findings] == ["error"], findings
+    assert f"{maria.table('no_key')} has no primary key" in findings[0].message
+    assert "key_columns" in (findings[0].fix or "")
