@@ -57,7 +57,7 @@ def _pipeline(args: dict[str, Any], name: str, start: str | None = None) -> Any:
         FileStateStore(state_path).save({"position": start, "seq": 0, "dumps": []}, None, 0)
     return Pipeline(
         MysqlConnector({"dsn": args["dsn"], "tables": [TABLE], "server_id": args["server_id"],
-                        "heartbeat_s": args.get("heartbeat_s", 0.1)},
+                        "heartbeat_s": args.get("heartbeat_s", 0.02)},
                        name),
         [JsonlOutput({"path": str(work / f"{name}.jsonl")})], state_path=str(state_path),
         settings=EngineSettings(chunk_size=args["chunk_size"]))

@@ -39,7 +39,7 @@ class MysqlConfig(BaseModel):
     key_columns: dict[str, list[str]] = Field(
         default_factory=dict, description="key to use for tables without a primary key")
     watermark_table: str = "dblog.watermark"
-    heartbeat_s: float = Field(0.1, gt=0, le=30,
+    heartbeat_s: float = Field(0.02, ge=0.001, le=30,
                                description="server heartbeat period while the binlog is idle")
 
     @field_validator("dsn")

@@ -78,7 +78,7 @@ class MysqlLogReader:
 
     def __init__(self, endpoint: Endpoint, server_id: int, flavor: Flavor,
                  decoder: BinlogDecoder, current_position: Callable[[], Position],
-                 heartbeat_s: float = 0.1, only_schemas: Sequence[str] | None = None,
+                 heartbeat_s: float = 0.02, only_schemas: Sequence[str] | None = None,
                  report_name: str = "dblog") -> None:
         self.endpoint = endpoint
         self.server_id = server_id
