@@ -263,7 +263,7 @@ class Engine:
                     and self._staged.future.exception() is not None:
                 self._materialize()  # raises the job's error
             started = clock.monotonic()
-            items = reader.poll(settings.poll_timeout_s)
+            items = reader.poll(0.0 if self._dump_can_advance() else settings.poll_timeout_s)
             for item in items:
                 self._process(item)
             now = clock.monotonic()
@@ -279,6 +279,12 @@ class Engine:
             if now - last_progress >= settings.progress_interval_s:
                 self._log_progress()
                 last_progress = now
+
+    def _dump_can_advance(self) -> bool:
+        """A dump step that needs no log input is due (a table's first step, a dump's end):
+        the loop must not wait for the log before taking it."""
+        return (self._open is None and self._staged is None and self.live.active() is not None
+                and self.clock.monotonic() >= self._next_chunk_at)
 
     def _apply_commands(self) -> None:
         while True:
