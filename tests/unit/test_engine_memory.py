@@ -873,11 +873,13 @@ def test_heartbeats_move_the_committed_position_on_an_idle_database() -> None:
     assert run.acknowledged[-1] == state.position
 
 
+def lose_high(item: Any) -> Any:
+    """A log transform that loses every high watermark."""
+    return None if isinstance(item, Watermark) and item.value.startswith("H-") else item
+
+
 def test_a_missing_high_watermark_fails_after_the_idle_timeout() -> None:
     db, t = make_db(3)  # one chunk: no chunk is read ahead, so only the idle timeout can tell
-
-    def lose_high(item: Any) -> Any:
-        return None if isinstance(item, Watermark) and item.value.startswith("H-") else item
 
     run = Run(db, [ListOutput()], MemoryStateStore(),
               settings=fast_settings(5, window_timeout_s=1.0), transform=lose_high,
@@ -892,9 +894,6 @@ def test_a_missing_high_watermark_fails_when_the_next_low_watermark_arrives() ->
     """The chunk read ahead writes its L after the open chunk's H: L seen first means H was
     lost, which fails at once instead of after the idle timeout."""
     db, t = make_db(10)
-
-    def lose_high(item: Any) -> Any:
-        return None if isinstance(item, Watermark) and item.value.startswith("H-") else item
 
     run = Run(db, [ListOutput()], MemoryStateStore(),
               settings=fast_settings(5, window_timeout_s=1.0), transform=lose_high,
