@@ -586,6 +586,36 @@ def test_truncate_inside_a_window_discards_the_chunk_and_reads_it_again() -> Non
     assert_no_time_travel(out.events, book)
 
 
+@pytest.mark.parametrize("worker", [False, True], ids=["inline", "worker"])
+def test_a_chunk_read_ahead_of_a_discarded_chunk_is_dropped(worker: bool) -> None:
+    """Chunk 3 is read ahead (after key 9) while chunk 2's window is open; a truncate discards
+    chunk 2, so chunk 3 must not count: chunk 2's range is read again from key 4."""
+    db, t = make_db(15)
+    out = ListOutput()
+    book = VersionBook()
+    calls = Counter[str]()
+
+    def before_high(plan: ChunkPlan) -> None:
+        calls["high"] += 1
+        if calls["high"] == 2:  # chunk 2 selected rows 5..9
+            book.truncate(db, t)
+            n = book.next()
+            book.transaction(db, [("upsert", t, {"id": k, "v": n}) for k in (6, 8, 11)], n)
+
+    run = Run(db, [out], MemoryStateStore(), settings=fast_settings(5, chunk_worker=worker),
+              hooks=PhaseHooks(before_high=before_high))
+    future = run.engine.request_dump([t])
+    run.go()
+    truncate_at = next(i for i, e in enumerate(out.events) if e.op is Op.TRUNCATE)
+    before, after = out.events[:truncate_at], out.events[truncate_at:]
+    assert reads(before) == [0, 1, 2, 3, 4]
+    assert reads(after) == [6, 8, 11]  # chunk 2 again, from key 4, up to the bound 14
+    dump = committed(run.store).dumps.get(future.result(0))  # type: ignore[arg-type]
+    assert dump.state is DumpState.DONE
+    assert_replay_equals_source(out.events, db)
+    assert_no_time_travel(out.events, book)
+
+
 def test_changing_the_chunk_size_while_a_window_is_open_does_not_end_the_dump() -> None:
     db, t = make_db(40)
     out = ListOutput()
