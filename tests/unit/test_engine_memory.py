@@ -337,7 +337,8 @@ def test_retryable_output_failure_gives_up_after_the_retry_budget() -> None:
     assert out.attempts == run.engine.delivery.max_retries + 1
 
 
-def test_pause_holds_the_dump_and_resume_continues_it() -> None:
+@pytest.mark.parametrize("worker", [False, True], ids=["inline", "worker"])
+def test_pause_holds_the_dump_and_resume_continues_it(worker: bool) -> None:
     db, t = make_db(50)
     out, store = ListOutput(), MemoryStateStore()
     state: dict[str, Any] = {"phase": "dumping", "reads_at_pause": None}
@@ -366,8 +367,8 @@ def test_pause_holds_the_dump_and_resume_continues_it() -> None:
                 run.stop_when_idle = True
         return False
 
-    run = Run(db, [out], store, settings=fast_settings(5), on_poll=on_poll,
-              stop_when_idle=False)
+    run = Run(db, [out], store, settings=fast_settings(5, chunk_worker=worker),
+              on_poll=on_poll, stop_when_idle=False)
     futures["dump"] = run.engine.request_dump([t])
     run.go()
     dump_id = futures["dump"].result(0)
