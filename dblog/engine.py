@@ -372,8 +372,8 @@ class Engine:
             self.live = self.live.add(refetch, front=True)
         if self.knobs.chunk_delay_s == 0:
             self._prefetch()  # the next chunk is read while these rows are emitted
-        self.delivery.emit_all([ChangeEvent(read, table, key, None, row, high_position,
-                                            dump_id=dump_id) for key, row in rows])
+        self.delivery.emit_all([ChangeEvent(read, table, key, None, row, high_position, None,
+                                            None, None, (), dump_id) for key, row in rows])
         if window.refetch:
             self._mark_dump(refetch)
         self._mark_dump(dump)

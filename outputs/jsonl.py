@@ -126,11 +126,14 @@ class JsonlOutput:
         return native_line(event)
 
     def _read_line(self, event: ChangeEvent, after: EncodedRow) -> bytes:
-        ident = (event.table, event.position, event.dump_id)
-        if ident != self._read_ident:
+        ident = self._read_ident
+        # the rows of a chunk share their table, position and dump id objects
+        if ident is None or event.table is not ident[0] or event.position is not ident[1] \
+                or event.dump_id is not ident[2]:
             head = orjson.dumps(native(ChangeEvent(Op.READ, event.table, position=event.position,
                                                   dump_id=event.dump_id, seq=0)))
-            self._read_ident, self._read_head = ident, head[len(b'{"seq":0,'):-1]
+            self._read_ident = (event.table, event.position, event.dump_id)
+            self._read_head = head[len(b'{"seq":0,'):-1]
         return b'{"seq":%d,%b,"key":%b,"after":%b}\n' % (
             event.seq, self._read_head, orjson.dumps(event.key), after.json.encode())
 
