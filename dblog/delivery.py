@@ -41,6 +41,9 @@ class Delivery:
         if not outputs:
             raise FatalOutputError("a pipeline needs at least one output")
         self.outputs = list(outputs)
+        for output in self.outputs:
+            if hasattr(output, "fence"):  # outputs that check leadership right before writing
+                output.fence = self._may_write
         self.store = store
         self.clock = clock
         self.epoch = epoch
@@ -53,6 +56,9 @@ class Delivery:
         self._points: list[CommitPoint] = []
         self.on_commit: Callable[[Position], None] | None = None
         self.is_leader: Callable[[], bool] = lambda: True
+
+    def _may_write(self) -> bool:
+        return self.is_leader()
 
     def _check_leader(self) -> None:
         if not self.is_leader():

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import orjson
 from pydantic import BaseModel, ConfigDict
 
-from dblog.errors import FatalOutputError
+from dblog.errors import FatalOutputError, LeadershipLost
 from dblog.formats import native, native_line
 from dblog.model import ChangeEvent, EncodedRow, Op
 
@@ -74,6 +74,15 @@ def _find_cut(handle: BinaryIO, size: int, committed_seq: int) -> int:
             return 0
 
 
+def _write_all(handle: BinaryIO, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = handle.write(view)
+        if written is None:  # a non-blocking stdout that is full; buffered handles return all
+            raise OSError("the output would block")
+        view = view[written:]
+
+
 class JsonlOutput:
     """A :class:`dblog.spi.Output` writing one JSON document per line."""
 
@@ -87,6 +96,10 @@ class JsonlOutput:
                                    fix="use format: native")
         self.name = name or f"jsonl:{self.config.path}"
         self._handle: BinaryIO | None = None
+        self.fence: Callable[[], bool] | None = None
+        """Set by the delivery: whether this instance may still write (leadership). It is
+        checked after encoding, right before the write system call, so a leader frozen
+        mid-batch (SIGSTOP, a VM stall) cannot append that batch after it was deposed."""
         self._written = -1
         self._durable = -1
         self._read_ident: tuple[object, ...] | None = None
@@ -104,15 +117,19 @@ class JsonlOutput:
             path.parent.mkdir(parents=True, exist_ok=True)
             if path.exists():
                 truncate_after(path, committed_seq)
-            self._handle = open(path, "ab")  # noqa: SIM115 - closed in close()
+            # unbuffered: every write is the system call itself, made right after the fence
+            self._handle = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in close()
         self._written = self._durable = committed_seq
 
     def write(self, events: Sequence[ChangeEvent]) -> None:
         handle = self._require()
+        encode, line = self._encode, native_line
+        data = b"".join([line(e) if type(e.after) is dict else encode(e) for e in events])
+        if self.fence is not None and not self.fence():
+            raise LeadershipLost(f"leadership lost: {len(events)} event(s) not written to "
+                                 f"{self.config.path}")
         try:
-            encode, line = self._encode, native_line
-            handle.write(b"".join([line(e) if type(e.after) is dict else encode(e)
-                                   for e in events]))
+            _write_all(handle, data)
         except OSError as exc:
             raise FatalOutputError(f"writing {self.config.path} failed: {exc}") from exc
         if events:

@@ -1,5 +1,6 @@
-"""A deposed leader writes nothing more: it does not open (cut back) outputs, does not flush what
-it wrote before it noticed, and does not write out buffered bytes when its outputs close."""
+"""A deposed leader writes nothing more: it does not open (cut back) outputs, does not commit
+what it wrote before it noticed, and a batch it encoded before it noticed never reaches the file
+(the jsonl output checks leadership right before the write system call)."""
 
 from __future__ import annotations
 
@@ -39,23 +40,38 @@ def lines(path: Path) -> int:
     return len(path.read_bytes().splitlines()) if path.exists() else 0
 
 
-def test_a_deposed_leader_discards_buffered_output_on_close(tmp_path: Path) -> None:
-    path = tmp_path / "out.jsonl"
-    flag = Flag()
-    d = delivery(JsonlOutput({"path": str(path)}), flag)
-    d.resume(PipelineState(), None)
-    d.emit_all([event(i) for i in range(20)])  # written into the file object's buffer
-    assert lines(path) == 0
-    flag.leader = False
-    d.close()
-    assert lines(path) == 0, "buffered lines reached the file after leadership was lost"
+class LostAfter(Flag):
+    """Leader for the first ``calls`` checks, deposed after: a leader frozen (SIGSTOP) after
+    the delivery checked leadership and resumed after its successor took over."""
+
+    def __init__(self, calls: int) -> None:
+        super().__init__()
+        self.calls = calls
+
+    def __call__(self) -> bool:
+        self.calls -= 1
+        return self.calls >= 0
 
 
-def test_a_leader_writes_buffered_output_on_close(tmp_path: Path) -> None:
+def test_a_batch_checked_before_leadership_was_lost_is_not_written(tmp_path: Path) -> None:
     path = tmp_path / "out.jsonl"
     d = delivery(JsonlOutput({"path": str(path)}), Flag())
     d.resume(PipelineState(), None)
-    d.emit_all([event(i) for i in range(20)])
+    d.emit_all([event(i) for i in range(10)])
+    assert lines(path) == 10
+    d.is_leader = LostAfter(1)  # the delivery's check passes; the output's fence does not
+    with pytest.raises(LeadershipLost):
+        d.emit_all([event(i) for i in range(10, 20)])
+    d.close()
+    assert lines(path) == 10, "a batch reached the file after leadership was lost"
+
+
+def test_a_leaders_batches_reach_the_file_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "out.jsonl"
+    d = delivery(JsonlOutput({"path": str(path)}), Flag())
+    d.resume(PipelineState(), None)
+    d.emit_all([event(i) for i in range(20)])  # two batches of 10: unbuffered writes
+    assert lines(path) == 20
     d.close()
     assert lines(path) == 20
 
@@ -71,8 +87,13 @@ def test_a_deposed_leader_does_not_flush_or_commit(tmp_path: Path) -> None:
     with pytest.raises(LeadershipLost):
         d.commit()
     d.close()
-    assert lines(path) == 0
+    # written while it led, never committed: the successor's open cuts them back
+    assert lines(path) == 20
     assert d.state.seq == 0
+    successor = JsonlOutput({"path": str(path)})
+    successor.open(d.state.seq)
+    successor.close()
+    assert lines(path) == 0
 
 
 def test_a_deposed_leader_does_not_open_and_cut_back_outputs(tmp_path: Path) -> None:
