@@ -6,10 +6,6 @@ from __future__ import annotations
 import datetime
 from decimal import Decimal
 
-import pytest
-
-pytest.importorskip("pymysqlreplication")
-
 from dblog.connectors.mysql.collation import key_converter, normaliser
 from dblog.connectors.mysql.decoder import parse_ddl
 from dblog.connectors.mysql.flavor import detect, mysql_json_text
