@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import summary
 from mysql_child import TABLE as CHILD_TABLE
 from mysql_child import child_dump, child_stream, progress
 
@@ -46,7 +46,6 @@ TABLE = f"{DATABASE}.{TABLE_NAME}"
 assert TABLE == CHILD_TABLE
 RAW_RUNS = 4
 TX_SIZE = 1000
-TARGETS = {"dump_ratio": 0.5, "stream_ratio": 0.5}
 
 CREATE_SQL = f"""
 CREATE TABLE {TABLE} (
@@ -238,24 +237,10 @@ def _result(rows: int, chunk_size: int, dump: dict[str, Any], raw_dump_runs: lis
             extra: dict[str, Any]) -> dict[str, Any]:
     from dblog.connectors.mysql.db import DRIVER
 
-    dump_rate, raw_dump_rate = dump["rows"] / dump["seconds"], statistics.median(raw_dump_runs)
-    stream_rate = stream["updates"] / stream["seconds"]
-    raw_stream_rate = statistics.mean(raw_stream_runs)
-    ratios = {"dump_ratio": dump_rate / raw_dump_rate,
-              "stream_ratio": stream_rate / raw_stream_rate}
+    result, rates = summary("mariadb", rows, chunk_size, dump, raw_dump_runs, stream,
+                            raw_stream_runs)
     return {
-        "db": "mariadb", "rows": rows, "chunk_size": chunk_size,
-        "dump_rows_per_s": round(dump_rate, 1), "raw_dump_rows_per_s": round(raw_dump_rate, 1),
-        "dump_ratio": round(ratios["dump_ratio"], 4),
-        "stream_events_per_s": round(stream_rate, 1),
-        "raw_stream_events_per_s": round(raw_stream_rate, 1),
-        "stream_ratio": round(ratios["stream_ratio"], 4),
-        "peak_rss_mb": round(max(dump["peak_rss_mb"], stream["peak_rss_mb"]), 1),
-        "peak_rss_mb_dump": round(dump["peak_rss_mb"], 1),
-        "peak_rss_mb_stream": round(stream["peak_rss_mb"], 1),
-        "child_baseline_rss_mb": round(dump["rss_baseline_mb"], 1),
-        "targets": TARGETS,
-        "targets_met": {k: ratios[k] >= v for k, v in TARGETS.items()},
+        **result,
         "details": {
             "select_driver": DRIVER,
             "dump_seconds": round(dump["seconds"], 3),
@@ -266,7 +251,7 @@ def _result(rows: int, chunk_size: int, dump: dict[str, Any], raw_dump_runs: lis
             "stream_seconds_to_emitted": round(stream["seconds_to_emitted"], 3),
             "raw_stream_events_per_s_runs": [round(r, 1) for r in raw_stream_runs],
             "raw_stream_frozen_schema_events_per_s": round(frozen, 1),
-            "stream_ratio_vs_frozen_schema_raw": round(stream_rate / frozen, 4),
+            "stream_ratio_vs_frozen_schema_raw": round(rates["stream"] / frozen, 4),
             "update_transactions": -(-rows // TX_SIZE),
         },
         **extra,

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import resource
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from common import alive, count_ops, rss_kb
 
 DATABASE = "dblog_bench"
 TABLE = f"{DATABASE}.dblog_bench"
@@ -17,31 +17,6 @@ _T0 = time.monotonic()
 
 def progress(message: str) -> None:
     print(f"[bench {time.monotonic() - _T0:7.1f}s] {message}", file=sys.stderr, flush=True)
-
-
-def rss_kb() -> dict[str, int]:
-    """VmRSS and VmHWM of this process in kB."""
-    out: dict[str, int] = {}
-    with contextlib.suppress(OSError), open("/proc/self/status", encoding="ascii") as handle:
-        for line in handle:
-            if line.startswith(("VmRSS:", "VmHWM:")):
-                key, value = line.split(":", 1)
-                out[key] = int(value.split()[0])
-    out.setdefault("VmHWM", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-    return out
-
-
-def _alive(pipeline: Any) -> None:
-    thread = pipeline._thread
-    if thread is not None and not thread.is_alive():
-        pipeline.join(0)
-        raise RuntimeError("the pipeline stopped unexpectedly")
-
-
-def _count_ops(path: Path, op: str) -> int:
-    needle = f'"op":"{op}"'.encode()
-    with open(path, "rb") as handle:
-        return sum(1 for line in handle if needle in line)
 
 
 def _pipeline(args: dict[str, Any], name: str, start: str | None = None) -> Any:
@@ -82,13 +57,13 @@ def child_dump(args: dict[str, Any]) -> dict[str, Any]:
                     break
             if time.monotonic() > started + args["timeout_s"]:
                 raise RuntimeError(f"dump not done after {args['timeout_s']}s: {dump}")
-            _alive(pipeline)
+            alive(pipeline)
             time.sleep(0.01)
         flushed_at = time.monotonic()
         chunks = sum(t["chunks"] for t in dump["tables"])
     finally:
         pipeline.stop()
-    rows = _count_ops(Path(args["workdir"]) / f"{name}.jsonl", "read")
+    rows = count_ops(Path(args["workdir"]) / f"{name}.jsonl", "read")
     return {"rows": rows, "chunks": chunks, "seconds": flushed_at - started,
             "seconds_to_done": done_at - started,
             "rss_baseline_mb": baseline.get("VmRSS", 0) / 1024,
@@ -110,12 +85,12 @@ def child_stream(args: dict[str, Any]) -> dict[str, Any]:
                 break
             if time.monotonic() > started + args["timeout_s"]:
                 raise RuntimeError(f"stream not consumed after {args['timeout_s']}s: {status}")
-            _alive(pipeline)
+            alive(pipeline)
             time.sleep(0.01)
         committed_at = time.monotonic()
     finally:
         pipeline.stop()
-    updates = _count_ops(Path(args["workdir"]) / f"{name}.jsonl", "update")
+    updates = count_ops(Path(args["workdir"]) / f"{name}.jsonl", "update")
     return {"updates": updates, "seconds": committed_at - started,
             "seconds_to_emitted": (emitted_at or committed_at) - started,
             "rss_baseline_mb": baseline.get("VmRSS", 0) / 1024,

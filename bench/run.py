@@ -27,10 +27,8 @@ import json
 import logging
 import os
 import platform
-import resource
 import select
 import shutil
-import statistics
 import struct
 import subprocess
 import sys
@@ -38,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from common import alive, count_ops, rss_kb, summary
 
 TABLE_SCHEMA = "public"
 TABLE_NAME = "dblog_bench"
@@ -47,28 +47,12 @@ STREAM_SLOT = "dblog_bench_stream"
 RAW_SLOT = "raw_slot"
 RAW_RUNS = 4  # timed raw dumps, half before and half after the dblog dump
 TX_SIZE = 1000
-TARGETS = {"dump_ratio": 0.5, "stream_ratio": 0.5}
 
 _T0 = time.monotonic()
 
 
 def progress(message: str) -> None:
     print(f"[bench {time.monotonic() - _T0:7.1f}s] {message}", file=sys.stderr, flush=True)
-
-
-def rss_kb() -> dict[str, int]:
-    """VmRSS and VmHWM of this process in kB (from /proc; falls back to ru_maxrss)."""
-    out: dict[str, int] = {}
-    try:
-        with open("/proc/self/status", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith(("VmRSS:", "VmHWM:")):
-                    key, value = line.split(":", 1)
-                    out[key] = int(value.split()[0])
-    except OSError:
-        pass
-    out.setdefault("VmHWM", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -276,19 +260,6 @@ def _pipeline(args: dict[str, Any], name: str, slot: str) -> Any:
     return pipeline
 
 
-def _alive(pipeline: Any) -> None:
-    thread = pipeline._thread
-    if thread is not None and not thread.is_alive():
-        pipeline.join(0)
-        raise RuntimeError("the pipeline stopped unexpectedly")
-
-
-def _count_ops(path: Path, op: str) -> int:
-    needle = f'"op":"{op}"'.encode()
-    with open(path, "rb") as handle:
-        return sum(1 for line in handle if needle in line)
-
-
 def child_dump(args: dict[str, Any]) -> dict[str, Any]:
     name = "bench_dump"
     baseline = rss_kb()
@@ -311,14 +282,14 @@ def child_dump(args: dict[str, Any]) -> dict[str, Any]:
                     break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"dump not done after {args['timeout_s']}s: {dump}")
-            _alive(pipeline)
+            alive(pipeline)
             time.sleep(0.01)
         flushed_at = time.monotonic()
         chunks = sum(t["chunks"] for t in dump["tables"])
         rows_status = sum(t["rows"] for t in dump["tables"])
     finally:
         pipeline.stop()
-    rows = _count_ops(Path(args["workdir"]) / f"{name}.jsonl", "read")
+    rows = count_ops(Path(args["workdir"]) / f"{name}.jsonl", "read")
     mem = rss_kb()
     return {
         "rows": rows, "rows_in_status": rows_status, "chunks": chunks,
@@ -346,13 +317,13 @@ def child_stream(args: dict[str, Any]) -> dict[str, Any]:
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"stream not consumed after {args['timeout_s']}s: {status}")
-            _alive(pipeline)
+            alive(pipeline)
             time.sleep(0.01)
         committed_at = time.monotonic()
         position = status["committed_position"]
     finally:
         pipeline.stop()
-    updates = _count_ops(Path(args["workdir"]) / f"{name}.jsonl", "update")
+    updates = count_ops(Path(args["workdir"]) / f"{name}.jsonl", "update")
     mem = rss_kb()
     return {
         "updates": updates, "committed_seq": status["committed_seq"],
@@ -461,7 +432,6 @@ def _measure(admin: Any, dsn: str, rows: int, chunk_size: int, workdir: Path, ti
     drop_slot(admin, DUMP_SLOT)
     for _ in range(RAW_RUNS - RAW_RUNS // 2):
         timed_raw_dump()
-    raw_dump_rate = statistics.median(raw_runs)
 
     # -- stream: all slots created together, updates with no consumer, then consume ------------
     # the raw consumer runs once before and once after dblog (own slot each); mean of the two
@@ -499,26 +469,10 @@ def _measure(admin: Any, dsn: str, rows: int, chunk_size: int, workdir: Path, ti
         raise RuntimeError(f"dblog wrote {stream['updates']} update events, expected {rows}")
     drop_slot(admin, STREAM_SLOT)
     timed_raw_stream(raw_slots[1])
-    raw_stream_rate = statistics.mean(raw_stream_runs)
-
-    ratios = {"dump_ratio": dump_rate / raw_dump_rate,
-              "stream_ratio": stream_rate / raw_stream_rate}
+    result, rates = summary("postgres", rows, chunk_size, dump, raw_runs, stream,
+                            raw_stream_runs)
     return {
-        "db": "postgres",
-        "rows": rows,
-        "chunk_size": chunk_size,
-        "dump_rows_per_s": round(dump_rate, 1),
-        "raw_dump_rows_per_s": round(raw_dump_rate, 1),
-        "dump_ratio": round(ratios["dump_ratio"], 4),
-        "stream_events_per_s": round(stream_rate, 1),
-        "raw_stream_events_per_s": round(raw_stream_rate, 1),
-        "stream_ratio": round(ratios["stream_ratio"], 4),
-        "peak_rss_mb": round(max(dump["peak_rss_mb"], stream["peak_rss_mb"]), 1),
-        "peak_rss_mb_dump": round(dump["peak_rss_mb"], 1),
-        "peak_rss_mb_stream": round(stream["peak_rss_mb"], 1),
-        "child_baseline_rss_mb": round(dump["rss_baseline_mb"], 1),
-        "targets": TARGETS,
-        "targets_met": {k: ratios[k] >= v for k, v in TARGETS.items()},
+        **result,
         "details": {
             "dump_seconds": round(dump["seconds"], 3),
             "dump_seconds_to_done": round(dump["seconds_to_done"], 3),
@@ -531,8 +485,8 @@ def _measure(admin: Any, dsn: str, rows: int, chunk_size: int, workdir: Path, ti
             "raw_stream_events_per_s_runs": [round(r, 1) for r in raw_stream_runs],
             # the machine's speed drifts between runs: the ratios against the fastest raw run
             # are the conservative reading
-            "dump_ratio_vs_fastest_raw": round(dump_rate / max(raw_runs), 4),
-            "stream_ratio_vs_fastest_raw": round(stream_rate / max(raw_stream_runs), 4),
+            "dump_ratio_vs_fastest_raw": round(rates["dump"] / max(raw_runs), 4),
+            "stream_ratio_vs_fastest_raw": round(rates["stream"] / max(raw_stream_runs), 4),
             "update_transactions": transactions,
             "table_mib": round(size / 2**20, 1),
         },

@@ -1,0 +1,66 @@
+"""What the PostgreSQL (run.py) and MariaDB (mysql.py, mysql_child.py) benchmarks share: the
+dblog child's memory and liveness probes, and the summary every ``--db`` mode prints."""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import statistics
+from pathlib import Path
+from typing import Any
+
+TARGETS = {"dump_ratio": 0.5, "stream_ratio": 0.5}
+
+
+def rss_kb() -> dict[str, int]:
+    """VmRSS and VmHWM of this process in kB (from /proc; falls back to ru_maxrss)."""
+    out: dict[str, int] = {}
+    with contextlib.suppress(OSError), open("/proc/self/status", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                key, value = line.split(":", 1)
+                out[key] = int(value.split()[0])
+    out.setdefault("VmHWM", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return out
+
+
+def alive(pipeline: Any) -> None:
+    thread = pipeline._thread
+    if thread is not None and not thread.is_alive():
+        pipeline.join(0)
+        raise RuntimeError("the pipeline stopped unexpectedly")
+
+
+def count_ops(path: Path, op: str) -> int:
+    needle = f'"op":"{op}"'.encode()
+    with open(path, "rb") as handle:
+        return sum(1 for line in handle if needle in line)
+
+
+def summary(db: str, rows: int, chunk_size: int, dump: dict[str, Any],
+            raw_dump_runs: list[float], stream: dict[str, Any],
+            raw_stream_runs: list[float]) -> tuple[dict[str, Any], dict[str, float]]:
+    """The keys every mode prints, and the rates (dump, raw_dump, stream, raw_stream): dblog's
+    rates against the median raw dump and the mean raw stream of the same run."""
+    rates = {"dump": dump["rows"] / dump["seconds"], "raw_dump": statistics.median(raw_dump_runs),
+             "stream": stream["updates"] / stream["seconds"],
+             "raw_stream": statistics.mean(raw_stream_runs)}
+    ratios = {"dump_ratio": rates["dump"] / rates["raw_dump"],
+              "stream_ratio": rates["stream"] / rates["raw_stream"]}
+    return {
+        "db": db,
+        "rows": rows,
+        "chunk_size": chunk_size,
+        "dump_rows_per_s": round(rates["dump"], 1),
+        "raw_dump_rows_per_s": round(rates["raw_dump"], 1),
+        "dump_ratio": round(ratios["dump_ratio"], 4),
+        "stream_events_per_s": round(rates["stream"], 1),
+        "raw_stream_events_per_s": round(rates["raw_stream"], 1),
+        "stream_ratio": round(ratios["stream_ratio"], 4),
+        "peak_rss_mb": round(max(dump["peak_rss_mb"], stream["peak_rss_mb"]), 1),
+        "peak_rss_mb_dump": round(dump["peak_rss_mb"], 1),
+        "peak_rss_mb_stream": round(stream["peak_rss_mb"], 1),
+        "child_baseline_rss_mb": round(dump["rss_baseline_mb"], 1),
+        "targets": TARGETS,
+        "targets_met": {k: ratios[k] >= v for k, v in TARGETS.items()},
+    }, rates
