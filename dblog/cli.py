@@ -7,42 +7,39 @@ import json
 import logging
 import signal
 import sys
-from typing import Any
+from typing import Any, Protocol
 
 from dblog.config import PipelineConfig, load_config
 from dblog.errors import ConfigError, DblogError
 from dblog.state import FileStateStore, state_from_json
 
 
+class _Stoppable(Protocol):
+    def request_stop(self) -> None: ...
+
+    def run(self) -> Any: ...
+
+
 def _run(config: PipelineConfig) -> int:
     from dblog.pipeline import Pipeline
 
     if config.state.type == "zookeeper":
-        return _run_candidate(config)
-    pipeline = Pipeline.from_config(config)
+        from dblog.ha.runner import HaInstance
+
+        return _run_until_signal(HaInstance(config))
+    return _run_until_signal(Pipeline.from_config(config))
+
+
+def _run_until_signal(runner: _Stoppable) -> int:
+    """Run a pipeline or an HA candidate; SIGTERM and SIGINT stop it after the current batch."""
 
     def stop(signum: int, _frame: Any) -> None:
         logging.getLogger("dblog").info("signal %d: stopping after the current batch", signum)
-        pipeline.request_stop()
+        runner.request_stop()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    pipeline.run()
-    return 0
-
-
-def _run_candidate(config: PipelineConfig) -> int:
-    from dblog.ha.runner import HaInstance
-
-    instance = HaInstance(config)
-
-    def stop(signum: int, _frame: Any) -> None:
-        logging.getLogger("dblog").info("signal %d: stopping after the current batch", signum)
-        instance.request_stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    instance.run()
+    runner.run()
     return 0
 
 
