@@ -11,7 +11,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -555,19 +555,27 @@ def test_dml_right_after_low_and_before_high_drops_the_chunk_rows() -> None:
     assert_log_order(out.events, db)
 
 
-def test_truncate_inside_a_window_discards_the_chunk_and_reads_it_again() -> None:
-    db, t = make_db(10)
-    out = ListOutput()
-    book = VersionBook()
+def truncate_before_high(db: MemoryDatabase, table: TableId, book: VersionBook, *,
+                         chunk: int, rewrite: Sequence[int]) -> Callable[[ChunkPlan], None]:
+    """A before-H hook: in the ``chunk``-th chunk, truncate the table and write ``rewrite``."""
     calls = Counter[str]()
 
     def before_high(plan: ChunkPlan) -> None:
         calls["high"] += 1
-        if calls["high"] == 2:  # second chunk: the SELECT saw rows 5..9, then the truncate
-            book.truncate(db, t)
+        if calls["high"] == chunk:
+            book.truncate(db, table)
             n = book.next()
-            book.transaction(db, [("upsert", t, {"id": k, "v": n}) for k in (6, 8, 11)], n)
+            book.transaction(db, [("upsert", table, {"id": k, "v": n}) for k in rewrite], n)
 
+    return before_high
+
+
+def test_truncate_inside_a_window_discards_the_chunk_and_reads_it_again() -> None:
+    db, t = make_db(10)
+    out = ListOutput()
+    book = VersionBook()
+    # second chunk: the SELECT saw rows 5..9, then the truncate
+    before_high = truncate_before_high(db, t, book, chunk=2, rewrite=(6, 8, 11))
     run = Run(db, [out], MemoryStateStore(), settings=fast_settings(5),
               hooks=PhaseHooks(before_high=before_high))
     future = run.engine.request_dump([t])
@@ -594,15 +602,8 @@ def test_a_chunk_read_ahead_of_a_discarded_chunk_is_dropped(worker: bool) -> Non
     db, t = make_db(15)
     out = ListOutput()
     book = VersionBook()
-    calls = Counter[str]()
-
-    def before_high(plan: ChunkPlan) -> None:
-        calls["high"] += 1
-        if calls["high"] == 2:  # chunk 2 selected rows 5..9
-            book.truncate(db, t)
-            n = book.next()
-            book.transaction(db, [("upsert", t, {"id": k, "v": n}) for k in (6, 8, 11)], n)
-
+    # chunk 2 selected rows 5..9
+    before_high = truncate_before_high(db, t, book, chunk=2, rewrite=(6, 8, 11))
     run = Run(db, [out], MemoryStateStore(), settings=fast_settings(5, chunk_worker=worker),
               hooks=PhaseHooks(before_high=before_high))
     future = run.engine.request_dump([t])
