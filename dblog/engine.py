@@ -457,10 +457,7 @@ class Engine:
         plan = None if dump is None else dumpops.next_chunk(dump, self.knobs.chunk_size)
         if plan is None or plan.needs_start or not self._may_read_ahead():
             return
-        try:
-            self._open_chunk(plan)
-        except DumpRequestError:
-            return  # the loop plans it again and fails the dump there
+        self._submit_ahead(plan)
 
     def _read_chunk(self, plan: ChunkPlan, info: TableInfo, low: str, high: str,
                     limit: int) -> Chunk:
@@ -513,6 +510,9 @@ class Engine:
         plan = dumpops.next_chunk(ahead, self.knobs.chunk_size)
         if plan is None or plan.needs_start or plan.keys is not None:
             return
+        self._submit_ahead(plan)
+
+    def _submit_ahead(self, plan: ChunkPlan) -> None:
         try:
             self._open_chunk(plan)
         except DumpRequestError:
