@@ -154,7 +154,7 @@ def complete_chunk(
         dump = replace(_replace_table(dump, progress), key_index=dump.key_index + len(plan.keys))
         return _finish_if_complete(dump)
     progress = next(t for t in dump.tables if t.table == plan.table)
-    exhausted = selected < limit or last_key is None or last_key == progress.upper_key
+    exhausted = _exhausted(selected, limit, last_key, progress.upper_key)
     progress = replace(
         progress,
         last_key=last_key if last_key is not None else progress.last_key,
@@ -163,6 +163,21 @@ def complete_chunk(
         done=exhausted,
     )
     return _finish_if_complete(_replace_table(dump, progress))
+
+
+def _exhausted(selected: int, limit: int, last_key: Key | None, upper: Key | None) -> bool:
+    return selected < limit or last_key is None or last_key == upper
+
+
+def following_chunk(plan: ChunkPlan, last_key: Key | None, selected: int,
+                    limit: int) -> ChunkPlan | None:
+    """The plain chunk after ``plan`` once its SELECT returned ``selected`` rows ending at
+    ``last_key`` (what :func:`complete_chunk` then :func:`next_chunk` give for it), or None when
+    the table ends there or the next step is not a plain chunk of the same table."""
+    if plan.keys is not None or plan.needs_start \
+            or _exhausted(selected, limit, last_key, plan.upper):
+        return None
+    return ChunkPlan(plan.dump_id, plan.table, after=last_key, upper=plan.upper)
 
 
 def _finish_if_complete(dump: Dump) -> Dump:

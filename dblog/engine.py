@@ -12,16 +12,28 @@ from __future__ import annotations
 import gc
 import logging
 import queue
+import sys
 import threading
 import uuid
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
 from dblog import dumps as dumpops
 from dblog.acks import PipelineState, with_dump_state
+from dblog.chunkjobs import (
+    READ_AHEAD_DEPTH,
+    ChunkJob,
+    InlineRunner,
+    JobSpec,
+    Runner,
+    ThreadRunner,
+    WindowRunner,
+    following,
+)
 from dblog.clock import SingleNodeLeadership, SystemClock
 from dblog.delivery import Delivery
 from dblog.dumps import ChunkPlan, Dump, DumpState
@@ -30,7 +42,15 @@ from dblog.model import TABLE_OPS, ChangeEvent, LogItem, Op, TableId, TableInfo,
 from dblog.positions import Position
 from dblog.recent import RecentTransactions
 from dblog.settings import EngineSettings, PhaseHooks
-from dblog.spi import Chunk, Clock, LeaderElection, Output, SourceConnector, StateStore
+from dblog.spi import (
+    Chunk,
+    Clock,
+    LeaderElection,
+    Output,
+    SourceConnector,
+    StateStore,
+    WindowChunkReader,
+)
 from dblog.state import state_from_json
 from dblog.window import (
     ChunkWindow,
@@ -44,6 +64,7 @@ from dblog.window import (
 __all__ = ["Engine", "EngineSettings", "PhaseHooks"]
 
 log = logging.getLogger("dblog.engine")
+_PUMP_INTERVAL_S = 0.0005
 
 
 @dataclass
@@ -52,35 +73,12 @@ class _OpenChunk:
     window: ChunkWindow
     selected: int
     limit: int
+    job: ChunkJob
     idle_s: float = 0.0
 
 
-@dataclass
-class _ChunkJob:
-    """A chunk being read (L, SELECT, H) for a window not opened yet."""
-
-    plan: ChunkPlan
-    info: TableInfo
-    low: str
-    high: str
-    limit: int
-    future: Future[Chunk]
-    idle_s: float = 0.0
-
-
-class _InlineRunner:
-    """Runs chunk jobs at once in the calling thread (``chunk_worker=False``)."""
-
-    def submit(self, fn: Callable[[], Chunk]) -> Future[Chunk]:
-        future: Future[Chunk] = Future()
-        try:
-            future.set_result(fn())
-        except BaseException as exc:  # delivered through the future, like the thread runner
-            future.set_exception(exc)
-        return future
-
-    def shutdown(self, wait: bool = True) -> None:
-        pass
+def _table_of(waiting: _OpenChunk | ChunkJob) -> TableId:
+    return waiting.plan.table if isinstance(waiting, _OpenChunk) else waiting.table
 
 
 @dataclass
@@ -120,7 +118,7 @@ class Engine:
         self.knobs = _Knobs(self.settings.chunk_size, self.settings.chunk_delay_s)
         self.live = dumpops.DumpQueue()
         self._open: _OpenChunk | None = None
-        self._staged: _ChunkJob | None = None
+        self._ahead: deque[ChunkJob] = deque()
         self._tx = _Transaction()
         self._safe_position: Position | None = None
         self._boundary_seq = 0
@@ -183,7 +181,8 @@ class Engine:
         """Run until :meth:`stop` or the loss of leadership; return the committed state."""
         self.connector.prepare()
         opened: list[Any] = []  # closed in the finally below, even when a later open fails
-        self._runner: ThreadPoolExecutor | _InlineRunner = _InlineRunner()
+        switch_interval = sys.getswitchinterval()
+        self._runner: Runner = InlineRunner(self._read_planned)
         try:
             reader = self.connector.log_reader()
             opened.append(reader)
@@ -197,16 +196,28 @@ class Engine:
                 opened.append(self._job_chunks)
                 self._job_marks = self.connector.watermark_writer()
                 opened.append(self._job_marks)
-                self._runner = ThreadPoolExecutor(1, thread_name_prefix="dblog-chunks")
+                self._runner = self._overlapping_runner()
             return self._run(reader)
         finally:
+            sys.setswitchinterval(switch_interval)
             self.running.clear()
-            self._runner.shutdown(wait=True)
+            self._runner.shutdown()
             for closeable in opened:
                 try:
                     closeable.close()
                 except Exception:  # one failed close must not leak the others
                     log.exception("closing %r failed", closeable)
+
+    def _overlapping_runner(self) -> Runner:
+        """Windows sent and collected by the engine thread when the reader can (no lock
+        contention); else a worker thread (then a short switch interval, see the setting)."""
+        reader = self._job_chunks
+        if isinstance(reader, WindowChunkReader) and reader.writes_windows \
+                and not self.hooks.after_low and not self.hooks.before_high:
+            return WindowRunner(reader, self._read_planned)
+        if self.settings.switch_interval_s is not None:
+            sys.setswitchinterval(self.settings.switch_interval_s)
+        return ThreadRunner(self._read_planned)
 
     def _run(self, reader: Any) -> PipelineState:
         try:
@@ -231,7 +242,7 @@ class Engine:
         state = PipelineState() if stored is None else state_from_json(stored.data)
         self.delivery.resume(state, None if stored is None else stored.version)
         self._open, self._tx, self._tables = None, _Transaction(), {}
-        self._staged = None
+        self._ahead = deque()
         self._jobs_this_turn = 0
         self._recent = RecentTransactions(self.settings.recent_keys)
         if stored is None:
@@ -255,15 +266,16 @@ class Engine:
             if not self.election.is_leader():
                 log.warning("leadership lost: stopping emission")
                 raise LeadershipLost("leadership lost: stopped emitting")
-            if self._open is None and self._staged is None:
+            self._skip_empty_jobs()
+            if self._open is None and not self._ahead:
                 self._maybe_start_chunk()
-            elif self._staged is None:
+            elif self._open is not None:
                 self._read_ahead()
-            elif self._open is None and self._staged is not None and self._staged.future.done() \
-                    and self._staged.future.exception() is not None:
+            elif self._ahead[0].future.done() and self._ahead[0].future.exception() is not None:
                 self._materialize()  # raises the job's error
+            self._runner.pump()
             started = clock.monotonic()
-            items = reader.poll(0.0 if self._dump_can_advance() else settings.poll_timeout_s)
+            items = reader.poll(self._poll_timeout())
             for item in items:
                 self._process(item)
             now = clock.monotonic()
@@ -280,10 +292,17 @@ class Engine:
                 self._log_progress()
                 last_progress = now
 
+    def _poll_timeout(self) -> float:
+        if self._dump_can_advance():
+            return 0.0
+        if self._runner.busy():  # a chunk is in flight: look at its results again soon
+            return min(self.settings.poll_timeout_s, _PUMP_INTERVAL_S)
+        return self.settings.poll_timeout_s
+
     def _dump_can_advance(self) -> bool:
         """A dump step that needs no log input is due (a table's first step, a dump's end):
         the loop must not wait for the log before taking it."""
-        return (self._open is None and self._staged is None and self.live.active() is not None
+        return (self._open is None and not self._ahead and self.live.active() is not None
                 and self.clock.monotonic() >= self._next_chunk_at)
 
     def _apply_commands(self) -> None:
@@ -311,7 +330,7 @@ class Engine:
             self._boundary_seq = self.delivery.last_seq
             self.delivery.mark(item.position)
         else:
-            if self._open is not None or self._staged is not None:
+            if self._open is not None or self._ahead:
                 self._apply_to_chunks(item)
             table = item.table
             if item.txid is not None and table is not None:
@@ -326,14 +345,14 @@ class Engine:
             self.delivery.emit(item)
 
     def _apply_to_chunks(self, item: ChangeEvent) -> None:
-        if self._open is None and self._staged is not None \
-                and item.table == self._staged.plan.table:
+        if self._open is None and self._ahead and item.table == self._ahead[0].table:
             self._materialize()  # its pending transactions may evict rows already
         if self._open is not None:
             self._open.window = on_change(self._open.window, item)
 
     def _on_watermark(self, mark: Watermark) -> None:
-        if self._staged is not None and mark.value == self._staged.low:
+        self._skip_empty_jobs()
+        if self._ahead and mark.value == self._ahead[0].low:
             if self._open is not None:  # windows are written one after the other
                 raise FatalSourceError(
                     f"the high watermark of a chunk of {self._open.plan.table} was not seen "
@@ -353,8 +372,8 @@ class Engine:
         self._next_chunk_at = self.clock.monotonic() + self.knobs.chunk_delay_s
         dump = self.live.get(plan.dump_id)
         counts = dump is not None and dump.state in dumpops.ACTIVE_STATES and not window.discarded
-        if not counts and self._staged is not None and self._staged.plan.dump_id == plan.dump_id:
-            self._staged = None  # read ahead of a chunk that does not count
+        if not counts:
+            self._drop_jobs(plan.dump_id)  # read ahead of a chunk that does not count
         if dump is None or dump.state not in dumpops.ACTIVE_STATES:
             return
         if window.discarded:
@@ -393,7 +412,8 @@ class Engine:
     def _check_window(self, idle_s: float | None) -> None:
         """Fail when the log stays idle for ``window_timeout_s`` while a window waits for its
         watermarks (a busy log, e.g. catching up a backlog, is not a reason)."""
-        waiting = self._open if self._open is not None else self._staged
+        waiting = self._open if self._open is not None else (
+            self._ahead[0] if self._ahead else None)
         if waiting is None:
             return
         waiting.idle_s = 0.0 if idle_s is None else waiting.idle_s + idle_s
@@ -401,7 +421,7 @@ class Engine:
             which = "high" if isinstance(waiting, _OpenChunk) and waiting.window.low_seen \
                 else "low"
             raise FatalSourceError(
-                f"the {which} watermark of a chunk of {waiting.plan.table} was not seen: the log "
+                f"the {which} watermark of a chunk of {_table_of(waiting)} was not seen: the log "
                 f"was idle for {self.settings.window_timeout_s:.0f}s",
                 fix="check that the watermark table is captured by the log reader",
             )
@@ -444,10 +464,14 @@ class Engine:
         """Submit the chunk's L, SELECT, H; the window opens when L (or a change to the table)
         arrives in the log, at most one SELECT later (I4)."""
         info = self._table_info(plan.table)
+        self._submit(plan.table, plan.dump_id, lambda limit: plan, info)
+
+    def _submit(self, table: TableId, dump_id: str,
+                plan_for: Callable[[int], ChunkPlan | None], info: TableInfo) -> None:
         low, high = f"L-{uuid.uuid4().hex}", f"H-{uuid.uuid4().hex}"
         limit = self.knobs.chunk_size
-        future = self._runner.submit(partial(self._read_chunk, plan, info, low, high, limit))
-        self._staged = _ChunkJob(plan, info, low, high, limit, future)
+        future = self._runner.submit(JobSpec(plan_for, info, low, high, limit))
+        self._ahead.append(ChunkJob(table, dump_id, low, high, limit, future))
         self._jobs_this_turn += 1  # I4: inline, at most one chunk is read per loop turn
 
     def _prefetch(self) -> None:
@@ -455,13 +479,13 @@ class Engine:
         which must wait until this chunk's rows are emitted, so those wait for the loop."""
         dump = self.live.active()
         plan = None if dump is None else dumpops.next_chunk(dump, self.knobs.chunk_size)
-        if plan is None or plan.needs_start or not self._may_read_ahead():
+        if plan is None or plan.needs_start or self._ahead or not self._may_read_ahead():
             return
         self._submit_ahead(plan)
 
-    def _read_chunk(self, plan: ChunkPlan, info: TableInfo, low: str, high: str,
-                    limit: int) -> Chunk:
-        """Steps 2-4 (runs in the chunk worker)."""
+    def _read_planned(self, plan: ChunkPlan, spec: JobSpec) -> Chunk:
+        """Steps 2-4, blocking (inline, or in the chunk worker)."""
+        info, low, high, limit = spec.info, spec.low, spec.high, spec.limit
         self._job_marks.write(low)
         if self.hooks.after_low:
             self.hooks.after_low(plan)
@@ -474,43 +498,64 @@ class Engine:
         self._job_marks.write(high)
         return chunk
 
+    def _skip_empty_jobs(self) -> None:
+        while self._ahead and self._ahead[0].empty():
+            self._ahead.popleft()
+
+    def _drop_jobs(self, dump_id: str) -> None:
+        """Forget the chunks read ahead for ``dump_id``: their watermarks pass as unknown
+        values; jobs not started yet are cancelled (and so are the ones following them)."""
+        for job in self._ahead:
+            if job.dump_id == dump_id:
+                job.future.cancel()
+        self._ahead = deque(j for j in self._ahead if j.dump_id != dump_id)
+
     def _materialize(self) -> None:
-        """Turn the staged job into the open window, waiting for its SELECT if needed."""
-        job, self._staged = self._staged, None
-        assert job is not None and self._open is None
+        """Turn the first job ahead into the open window, waiting for its SELECT if needed."""
+        job = self._ahead.popleft()
+        assert self._open is None
+        self._runner.wait(job.future)
         try:
-            chunk = job.future.result()
+            read = job.read()
         except DumpRequestError as exc:
-            dump = self.live.get(job.plan.dump_id)
+            self._drop_jobs(job.dump_id)
+            dump = self.live.get(job.dump_id)
             if dump is not None:
                 log.error("dump %s failed: %s", dump.id, exc)
                 self._set_live(dumpops.set_state(dump, DumpState.FAILED, str(exc)))
             return
+        if read is None:
+            return
+        plan, chunk = read
         window = self._guard_forwarded(
-            open_window(job.plan.table, job.low, job.high, chunk.rows, chunk.pending_txids), chunk)
-        self._open = _OpenChunk(job.plan, window, len(chunk.rows), job.limit)
+            open_window(plan.table, job.low, job.high, chunk.rows, chunk.pending_txids), chunk)
+        self._open = _OpenChunk(plan, window, len(chunk.rows), job.limit, job)
         if self.settings.chunk_worker:
             self._read_ahead()  # keep the worker busy while this window waits for H
 
     def _may_read_ahead(self) -> bool:
-        """Nothing staged, no delay asked for, and (inline, I4) no chunk read this turn yet."""
-        return self._staged is None and self.knobs.chunk_delay_s == 0 and (
-            self.settings.chunk_worker or not self._jobs_this_turn)
+        """Room ahead, no delay asked for, and (inline, I4) no chunk read this turn yet."""
+        if self.knobs.chunk_delay_s != 0:
+            return False
+        if self.settings.chunk_worker:
+            return len(self._ahead) < READ_AHEAD_DEPTH
+        return not self._ahead and not self._jobs_this_turn
 
     def _read_ahead(self) -> None:
-        """Submit the chunk after the open one, so the worker reads it while the window waits
-        for its high watermark (the worker writes its L after this chunk's H)."""
+        """Queue the chunks after the open one, so the worker reads them while the window waits
+        for its high watermark: each starts after the previous SELECT's last key and writes its
+        L after the previous H."""
         chunk = self._open
-        dump = self.live.active()
-        if chunk is None or not self._may_read_ahead() or chunk.plan.keys is not None \
-                or chunk.window.discarded or dump is None or dump.id != chunk.plan.dump_id:
+        if chunk is None or chunk.window.discarded:
             return
-        ahead = dumpops.complete_chunk(dump, chunk.plan, chunk.window.last_key, chunk.selected,
-                                       0, chunk.limit)
-        plan = dumpops.next_chunk(ahead, self.knobs.chunk_size)
-        if plan is None or plan.needs_start or plan.keys is not None:
-            return
-        self._submit_ahead(plan)
+        while self._may_read_ahead():
+            before = self._ahead[-1] if self._ahead else chunk.job
+            dump = self.live.active()
+            if before.empty() or dump is None or dump.id != before.dump_id \
+                    or chunk.plan.keys is not None:
+                return
+            self._submit(before.table, before.dump_id, partial(following, before),
+                         self._table_info(before.table))
 
     def _submit_ahead(self, plan: ChunkPlan) -> None:
         try:
@@ -570,8 +615,7 @@ class Engine:
             return
         if self._open is not None and self._open.plan.dump_id == dump_id:
             self._open = None  # the window's rows are never emitted; progress stays before it
-        if self._staged is not None and self._staged.plan.dump_id == dump_id:
-            self._staged = None  # its watermarks will pass as unknown values
+        self._drop_jobs(dump_id)
         self._set_live(dumpops.set_state(dump, state))
         result.set_result(dump_id)
 

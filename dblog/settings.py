@@ -24,6 +24,11 @@ class EngineSettings:
     tune_gc: bool = True
     """Raise the garbage collector's young-generation threshold (process-wide) for throughput;
     embedders that manage the collector themselves set False."""
+    switch_interval_s: float | None = 0.0005
+    """With ``chunk_worker``: the interpreter's thread switch interval while the engine runs
+    (process-wide, restored on exit; None leaves it alone). The worker waits on the database
+    for most of a chunk; the default 5 ms let it wait that long again for the interpreter lock
+    while the engine thread emits rows, which halved dump throughput."""
     recent_keys: int = 50_000
     """Keys of recently forwarded transactions kept for the snapshot guard (memory bound)."""
     initial_dumps: tuple[Sequence[str] | None, ...] = ()

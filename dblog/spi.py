@@ -78,6 +78,36 @@ class ChunkReader(Protocol):
     def close(self) -> None: ...
 
 
+class PendingWindow(Protocol):
+    """Steps 2-4 of one chunk, sent to the source and running there."""
+
+    def fileno(self) -> int:
+        """A socket that becomes readable as results arrive (to wait on)."""
+        ...
+
+    def collect(self) -> Chunk | None:
+        """The chunk once L, the SELECT and H are all done, else None; never blocks."""
+        ...
+
+
+@runtime_checkable
+class WindowChunkReader(Protocol):
+    """An optional capability of a chunk reader: steps 2-4 (L, the SELECT, H) sent at once and
+    collected later, so the engine thread keeps emitting while the source works on the next
+    chunk. The three must still commit in that order, as separate transactions, exactly as
+    the watermark writer and ``read_chunk`` would."""
+
+    @property
+    def writes_windows(self) -> bool:
+        """Whether this reader can write the watermarks (it knows the watermark row)."""
+        ...
+
+    def start_chunk_window(
+        self, low: str, high: str, info: TableInfo, after: Key | None, upper: Key | None,
+        limit: int,
+    ) -> PendingWindow: ...
+
+
 class WatermarkWriter(Protocol):
     def write(self, value: str) -> None:
         """Set this instance's watermark row to ``value`` in its own committed transaction."""

@@ -9,11 +9,13 @@ log entries too, so the engine's windows close exactly as they do against a real
 from __future__ import annotations
 
 import copy
+import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dblog.dumps import ChunkPlan
 from dblog.errors import DumpRequestError
 from dblog.model import (
     ChangeEvent,
@@ -27,6 +29,7 @@ from dblog.model import (
     Watermark,
 )
 from dblog.positions import Lsn, Position
+from dblog.settings import PhaseHooks
 from dblog.spi import Chunk, StoredState
 
 
@@ -189,6 +192,58 @@ class MemoryChunkReader:
 
     def close(self) -> None:
         pass
+
+
+class MemoryPendingWindow:
+    """A window whose L, SELECT and H already ran; its chunk shows after ``delay`` collects
+    (the results of a real source arrive some time after the statements were sent)."""
+
+    _ready_fd: int | None = None
+
+    def __init__(self, chunk: Chunk, delay: int) -> None:
+        self.chunk, self.delay = chunk, delay
+
+    def fileno(self) -> int:
+        if MemoryPendingWindow._ready_fd is None:  # an always-readable pipe, to wait on
+            read_fd, write_fd = os.pipe()
+            os.write(write_fd, b"x")
+            MemoryPendingWindow._ready_fd = read_fd
+        return MemoryPendingWindow._ready_fd
+
+    def collect(self) -> Chunk | None:
+        if self.delay > 0:
+            self.delay -= 1
+            return None
+        return self.chunk
+
+
+class MemoryWindowChunkReader(MemoryChunkReader):
+    """A :class:`MemoryChunkReader` that is also a :class:`dblog.spi.WindowChunkReader`."""
+
+    def __init__(self, db: MemoryDatabase, delay: int = 2,
+                 hooks: PhaseHooks | None = None) -> None:
+        super().__init__(db)
+        self.delay = delay
+        self.hooks = hooks or PhaseHooks()
+        """Called by the source itself (concurrent writers), right after L and before H."""
+        self.started: list[ChunkPlan] = []
+
+    @property
+    def writes_windows(self) -> bool:
+        return True
+
+    def start_chunk_window(self, low: str, high: str, info: TableInfo, after: Key | None,
+                           upper: Key | None, limit: int) -> MemoryPendingWindow:
+        plan = ChunkPlan("", info.table, after=after, upper=upper)
+        self.started.append(plan)
+        self.db.watermark(low)
+        if self.hooks.after_low:
+            self.hooks.after_low(plan)
+        chunk = self.read_chunk(info, after, upper, limit)
+        if self.hooks.before_high:
+            self.hooks.before_high(plan)
+        self.db.watermark(high)
+        return MemoryPendingWindow(chunk, self.delay)
 
 
 class MemoryWatermarkWriter:

@@ -83,6 +83,13 @@ def _write_all(handle: BinaryIO, data: bytes) -> None:
         view = view[written:]
 
 
+def _read_head(event: ChangeEvent) -> bytes:
+    """The native fields of a dump row other than seq, key and after (encoded once a chunk)."""
+    head = orjson.dumps(native(ChangeEvent(Op.READ, event.table, position=event.position,
+                                          dump_id=event.dump_id, seq=0)))
+    return head[len(b'{"seq":0,'):-1]
+
+
 class JsonlOutput:
     """A :class:`dblog.spi.Output` writing one JSON document per line."""
 
@@ -123,8 +130,7 @@ class JsonlOutput:
 
     def write(self, events: Sequence[ChangeEvent]) -> None:
         handle = self._require()
-        encode, line = self._encode, native_line
-        data = b"".join([line(e) if type(e.after) is dict else encode(e) for e in events])
+        data = b"".join(self._lines(events))
         if self.fence is not None and not self.fence():
             raise LeadershipLost(f"leadership lost: {len(events)} event(s) not written to "
                                  f"{self.config.path}")
@@ -135,24 +141,33 @@ class JsonlOutput:
         if events:
             self._written = events[-1].seq
 
-    def _encode(self, event: ChangeEvent) -> bytes:
-        after = event.after
-        if event.op is Op.READ and isinstance(after, EncodedRow):
-            # dump rows: a cached prefix per chunk, the server-encoded row spliced in
-            return self._read_line(event, after)
-        return native_line(event)
-
-    def _read_line(self, event: ChangeEvent, after: EncodedRow) -> bytes:
-        ident = self._read_ident
-        # the rows of a chunk share their table, position and dump id objects
-        if ident is None or event.table is not ident[0] or event.position is not ident[1] \
-                or event.dump_id is not ident[2]:
-            head = orjson.dumps(native(ChangeEvent(Op.READ, event.table, position=event.position,
-                                                  dump_id=event.dump_id, seq=0)))
-            self._read_ident = (event.table, event.position, event.dump_id)
-            self._read_head = head[len(b'{"seq":0,'):-1]
-        return b'{"seq":%d,%b,"key":%b,"after":%b}\n' % (
-            event.seq, self._read_head, orjson.dumps(event.key), after.json.encode())
+    def _lines(self, events: Sequence[ChangeEvent]) -> list[bytes]:
+        """``native_line`` of each event; dump rows (the bulk of a dump) take a shortcut: the
+        fields they share within a chunk are encoded once, key and row in place."""
+        lines: list[bytes] = []
+        append, line, dumps, read = lines.append, native_line, orjson.dumps, Op.READ
+        for e in events:
+            after = e.after
+            if e.op is not read or e.key is None or e.txid is not None or e.before is not None \
+                    or e.old_key is not None or e.unchanged or e.commit_ts is not None:
+                append(line(e))
+                continue
+            if type(after) is dict:
+                body = dumps(after)
+            elif isinstance(after, EncodedRow):
+                body = after.json.encode()
+            else:
+                append(line(e))
+                continue
+            ident = self._read_ident
+            # the rows of a chunk share their table, position and dump id objects
+            if ident is None or e.table is not ident[0] or e.position is not ident[1] \
+                    or e.dump_id is not ident[2]:
+                self._read_head = _read_head(e)
+                self._read_ident = (e.table, e.position, e.dump_id)
+            append(b'{"seq":%d,%b,"key":%b,"after":%b}\n' % (
+                e.seq, self._read_head, dumps(e.key), body))
+        return lines
 
     def flush(self) -> int:
         handle = self._require()

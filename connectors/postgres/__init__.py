@@ -130,7 +130,7 @@ class PostgresConnector:
 
     def chunk_reader(self) -> PostgresChunkReader:
         return PostgresChunkReader(self.config.dsn, self.config.tables, self.key_columns,
-                                   self.watermark_table)
+                                   self.watermark_table, self.instance)
 
     def watermark_writer(self) -> PostgresWatermarkWriter:
         return PostgresWatermarkWriter(self.config.dsn, self.watermark_table, self.instance)

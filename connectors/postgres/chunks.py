@@ -9,21 +9,23 @@ import psycopg
 from psycopg import sql
 
 from dblog.errors import DumpRequestError, FatalSourceError
-from dblog.model import EncodedRow, Key, Row, TableId, TableInfo
+from dblog.model import Key, Row, TableId, TableInfo
 from dblog.spi import Chunk
 
 from . import catalog
 from .errors import classify
-from .types import INT_TYPES, base_type, converter_for, key_param, select_expression
+from .pipeline import LazyRows, PipelineCall, Statement, load_rows
+from .types import converter_for, key_param, select_expression
 
 # The statement's snapshot (``xmin:xmax:xip,...``), then ``;`` and those of its in-progress
 # transactions whose commit is already logged. Added as a last column that only the first row
 # fills: one statement has one snapshot, so no explicit transaction is needed.
-SNAPSHOT_COLUMN = (
-    "CASE WHEN row_number() OVER () = 1 THEN (SELECT txid_current_snapshot()::text || ';' || "
+SNAPSHOT_QUERY = (
+    "SELECT txid_current_snapshot()::text || ';' || "
     "array_to_string(ARRAY(SELECT x FROM txid_snapshot_xip(txid_current_snapshot()) AS x "
-    "WHERE txid_status(x) = 'committed'), ',')) END"
+    "WHERE txid_status(x) = 'committed'), ',')"
 )
+SNAPSHOT_COLUMN = f"CASE WHEN row_number() OVER () = 1 THEN ({SNAPSHOT_QUERY}) END"
 
 
 def _txids(text: str) -> frozenset[int]:
@@ -40,8 +42,7 @@ def parse_snapshot(text: str | None) -> tuple[frozenset[int], frozenset[int]]:
     return _txids(parts[2] if len(parts) == 3 else ""), _txids(logged)
 
 
-RowDecoder = Callable[[tuple[Any, ...]], tuple[Key, Row | EncodedRow]]
-ORDER_PRESERVING = INT_TYPES | {"text", "character varying", "varchar"}
+RowDecoder = Callable[[tuple[Any, ...]], tuple[Key, Row]]
 
 
 def connect(dsn: str, options: str = "") -> psycopg.Connection:
@@ -54,49 +55,38 @@ def connect(dsn: str, options: str = "") -> psycopg.Connection:
 
 
 def _row_decoder(info: TableInfo) -> RowDecoder:
-    """Rows come back canonical already (see ``select_expression``): only zip and pick the key."""
+    """Rows come back canonical already (see ``select_expression``): only zip and pick the key.
+    Extra trailing columns (the snapshot column) are ignored."""
     names = [c.name for c in info.columns]
     key_index = [names.index(k) for k in info.key_columns]
     if len(key_index) == 1:
         index = key_index[0]
 
-        def decode_one(raw: tuple[Any, ...]) -> tuple[Key, Row | EncodedRow]:
-            return (raw[index],), dict(zip(names, raw, strict=True))
+        def decode_one(raw: tuple[Any, ...]) -> tuple[Key, Row]:
+            return (raw[index],), dict(zip(names, raw, strict=False))
 
         return decode_one
 
-    def decode(raw: tuple[Any, ...]) -> tuple[Key, Row | EncodedRow]:
-        return tuple(raw[i] for i in key_index), dict(zip(names, raw, strict=True))
+    def decode(raw: tuple[Any, ...]) -> tuple[Key, Row]:
+        return tuple(raw[i] for i in key_index), dict(zip(names, raw, strict=False))
 
     return decode
 
 
-def _without_snapshot(decode: RowDecoder) -> RowDecoder:
-    """The plain decoder for chunk rows, which end with the snapshot column."""
-    return lambda raw: decode(raw[:-1])
-
-
 class _Queries:
-    """The SQL of one table, composed once with quoted identifiers.
-
-    When every key column's canonical expression sorts like the column (integers, text), the
-    server also encodes each row as JSON (``row_to_json``), so a dump row costs Python almost
-    nothing; other keys take the plain path (a tuple per row, zipped into a dict).
-    """
+    """The SQL of one table, composed once with quoted identifiers. Every column is selected
+    through its canonical expression, so psycopg's loaders give canonical values; the columns
+    are aliased so that ORDER BY and the key comparisons use the typed columns."""
 
     def __init__(self, info: TableInfo) -> None:
         types = {c.name: c.type_name for c in info.columns}
         self.key_types = [types[k] for k in info.key_columns]
-        self.encoded = all(base_type(t) in ORDER_PRESERVING for t in self.key_types)
         self.table = sql.Identifier(info.table.schema, info.table.name)
-        # plain path: aliases keep ORDER BY on the typed columns, not on the expressions
-        alias = (lambda i, c: f"_c{i}") if not self.encoded else (lambda i, c: c)
         self.select = sql.SQL(", ").join(
             sql.SQL(select_expression(c.type_name) + " AS {alias}").format(
-                col=sql.Identifier(c.name), alias=sql.Identifier(alias(i, c.name)))
+                col=sql.Identifier(c.name), alias=sql.Identifier(f"_c{i}"))
             for i, c in enumerate(info.columns))
         self.keys = sql.SQL(", ").join(sql.Identifier(k) for k in info.key_columns)
-        self.outer_keys = sql.SQL(", ").join(sql.Identifier("x", k) for k in info.key_columns)
         typed = sql.SQL(", ").join(sql.SQL("%s::{}").format(sql.SQL(t)) for t in self.key_types)
         above = sql.SQL("({}) > ({})").format(self.keys, typed)
         upto = sql.SQL("({}) <= ({})").format(self.keys, typed)
@@ -106,53 +96,101 @@ class _Queries:
         self.after_upto = self.compose(above + sql.SQL(" AND ") + upto, limit=True)
         desc = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k))
                                   for k in info.key_columns)
-        plain_select = sql.SQL(", ").join(
-            sql.SQL(select_expression(c.type_name) + " AS {alias}").format(
-                col=sql.Identifier(c.name), alias=sql.Identifier(f"_c{i}"))
-            for i, c in enumerate(info.columns))
         self.max_key = sql.SQL("SELECT {} FROM {} ORDER BY {} LIMIT 1").format(
-            plain_select, self.table, desc)
+            self.select, self.table, desc)
         self.one_key = sql.SQL("({})").format(typed)
-        self.decode_plain = _row_decoder(info)
-        self.decode = _encoded_decoder(len(info.key_columns)) if self.encoded \
-            else _without_snapshot(self.decode_plain)
+        self.decode = _row_decoder(info)
+        # the chunk SELECT of a pipelined window, with numbered parameters (after, upper, limit)
+        n = len(self.key_types)
+        above_n = sql.SQL("({}) > ({})").format(self.keys, self._numbered(1))
+        upto_n = sql.SQL("({}) <= ({})").format(self.keys, self._numbered(1))
+        self.window = {  # (after given, upper given) -> the SELECT
+            (False, False): self.compose(None, True, False, "$1"),
+            (True, False): self.compose(above_n, True, False, f"${n + 1}"),
+            (False, True): self.compose(upto_n, True, False, f"${n + 1}"),
+            (True, True): self.compose(
+                above_n + sql.SQL(" AND ({}) <= ({})").format(self.keys, self._numbered(n + 1)),
+                True, False, f"${2 * n + 1}"),
+        }
 
-    def compose(self, where: sql.Composable | None, limit: bool) -> sql.Composed:
+    def _numbered(self, first: int) -> sql.Composable:
+        """The key as numbered parameters ``$first, ...``, each cast to its column type."""
+        return sql.SQL(", ").join(sql.SQL("${}::{}").format(sql.SQL(str(first + i)), sql.SQL(t))
+                                  for i, t in enumerate(self.key_types))
+
+    def compose(self, where: sql.Composable | None, limit: bool, snapshot: bool = True,
+                limit_param: str = "%s") -> sql.Composed:
+        """The chunk SELECT; ``snapshot`` adds the snapshot column (the window function runs
+        over the limited rows; the subquery's order is kept)."""
         inner = sql.SQL("SELECT {} FROM {}").format(self.select, self.table)
         if where is not None:
             inner += sql.SQL(" WHERE ") + where
         inner += sql.SQL(" ORDER BY {}").format(self.keys)
         if limit:
-            inner += sql.SQL(" LIMIT %s")
-        # the window function runs over the limited rows; the subquery's order is kept
-        if not self.encoded:
-            return sql.SQL("SELECT x.*, " + SNAPSHOT_COLUMN + " FROM ({}) x").format(inner)
-        return sql.SQL("SELECT {}, row_to_json(x)::text, " + SNAPSHOT_COLUMN +
-                       " FROM ({}) x ORDER BY {}").format(self.outer_keys, inner, self.outer_keys)
+            inner += sql.SQL(" LIMIT " + limit_param)
+        if not snapshot:
+            return inner
+        return sql.SQL("SELECT x.*, " + SNAPSHOT_COLUMN + " FROM ({}) x").format(inner)
 
     def params(self, key: Key) -> list[Any]:
         return [key_param(t, v) for t, v in zip(self.key_types, key, strict=True)]
 
 
-def _encoded_decoder(nkeys: int) -> RowDecoder:
-    def decode(raw: tuple[Any, ...]) -> tuple[Key, Row | EncodedRow]:
-        return raw[:nkeys], EncodedRow(raw[nkeys])
+class PendingWindow:
+    """A chunk window whose statements are sent; :meth:`collect` checks for its results
+    without blocking (a :class:`dblog.spi.PendingWindow`)."""
 
-    return decode
+    def __init__(self, call: PipelineCall, q: _Queries, table: TableId, instance: str) -> None:
+        self.call, self.q, self.table, self.instance = call, q, table, instance
+
+    def fileno(self) -> int:
+        return self.call.fileno()
+
+    def collect(self) -> Chunk | None:
+        try:
+            results = self.call.collect()
+        except psycopg.Error as exc:
+            raise classify(exc, f"reading a chunk of {self.table}") from exc
+        return None if results is None else self._chunk(results)
+
+    def wait(self) -> Chunk:
+        try:
+            return self._chunk(self.call.wait())
+        except psycopg.Error as exc:
+            raise classify(exc, f"reading a chunk of {self.table}") from exc
+
+    def _chunk(self, results: list[Any]) -> Chunk:
+        marked_low, snapshot, selected, marked_high = results[0], results[2], results[3], \
+            results[-1]
+        if marked_low.command_tuples != 1 or marked_high.command_tuples != 1:
+            raise FatalSourceError(f"watermark row for instance {self.instance!r} is missing",
+                                   fix="restart the pipeline: prepare() creates it")
+        conn = self.call.conn
+        pending, logged = parse_snapshot(load_rows(conn, snapshot)[0][0])
+        return Chunk(LazyRows(conn, selected, self.q.decode), pending, logged)
 
 
 class PostgresChunkReader:
     """A :class:`dblog.spi.ChunkReader`; each chunk SELECT runs in its own READ COMMITTED
-    transaction (autocommit), so it starts after the low watermark committed."""
+    transaction (autocommit), so it starts after the low watermark committed.
+
+    Given the instance name, it is also a :class:`dblog.spi.WindowChunkReader`: it writes a
+    chunk's watermarks itself, in the same round trip as the SELECT."""
 
     def __init__(self, dsn: str, patterns: Sequence[str],
                  key_columns: Mapping[TableId, tuple[str, ...]],
-                 watermark_table: TableId | None = None) -> None:
-        self.conn = connect(dsn)
+                 watermark_table: TableId | None = None, instance: str | None = None) -> None:
+        # watermarks written here must be flushed at commit (see PostgresWatermarkWriter)
+        self.conn = connect(dsn, "-c synchronous_commit=on")
         self.watermark_table = watermark_table
         self.patterns = list(patterns)
         self.key_columns = dict(key_columns)
         self._queries: dict[TableId, _Queries] = {}
+        self._mark: tuple[bytes, bytes] | None = None
+        if watermark_table is not None and instance is not None:
+            update = sql.SQL("UPDATE {} SET value = $1, updated_at = now() WHERE name = $2"
+                             ).format(sql.Identifier(watermark_table.schema, watermark_table.name))
+            self._mark = (update.as_bytes(self.conn), instance.encode())
 
     def list_tables(self) -> list[TableId]:
         return catalog.list_tables(self.conn, self.patterns, self.watermark_table)
@@ -190,7 +228,7 @@ class PostgresChunkReader:
     def max_key(self, info: TableInfo) -> Key | None:
         q = self._q(info)
         rows = self._fetch(q.max_key, (), f"reading the maximum key of {info.table}")
-        return q.decode_plain(rows[0])[0] if rows else None
+        return q.decode(rows[0])[0] if rows else None
 
     def read_chunk(self, info: TableInfo, after: Key | None, upper: Key | None,
                    limit: int) -> list[tuple[Key, Row]]:
@@ -204,6 +242,38 @@ class PostgresChunkReader:
         else:
             query, params = q.after_upto, [*q.params(after), *q.params(upper), limit]
         return self._fetch_chunk(q, query, params, f"reading a chunk of {info.table}")
+
+    @property
+    def writes_windows(self) -> bool:
+        return self._mark is not None
+
+    def start_chunk_window(self, low: str, high: str, info: TableInfo, after: Key | None,
+                           upper: Key | None, limit: int) -> PendingWindow:
+        """Steps 2-4 in one round trip: L, then the SELECT in a REPEATABLE READ transaction
+        whose first statement reads its snapshot, then H; three transactions, in that order."""
+        if self._mark is None:
+            raise FatalSourceError("this chunk reader was built without the watermark row")
+        q = self._q(info)
+        query = q.window[(after is not None, upper is not None)]
+        keys = [*(q.params(after) if after is not None else ()),
+                *(q.params(upper) if upper is not None else ())]
+        params = [None if p is None else str(p).encode() for p in keys]
+        select: Statement = (query.as_bytes(self.conn), [*params, str(limit).encode()])
+        update, name = self._mark
+        reading: list[Statement] = [
+            (b"BEGIN ISOLATION LEVEL REPEATABLE READ", None), (SNAPSHOT_QUERY.encode(), None),
+            select, (b"COMMIT", None)]
+        groups: list[list[Statement]] = [
+            [(update, [low.encode(), name])], reading, [(update, [high.encode(), name])]]
+        try:
+            call = PipelineCall(self.conn, groups)
+        except psycopg.Error as exc:
+            raise classify(exc, f"reading a chunk of {info.table}") from exc
+        return PendingWindow(call, q, info.table, name.decode())
+
+    def read_chunk_window(self, low: str, high: str, info: TableInfo, after: Key | None,
+                          upper: Key | None, limit: int) -> Chunk:
+        return self.start_chunk_window(low, high, info, after, upper, limit).wait()
 
     def read_keys(self, info: TableInfo, keys: Sequence[Key]) -> Chunk:
         if not keys:

@@ -24,6 +24,7 @@ from dblog.testing import (
     MemoryDatabase,
     MemoryLogReader,
     MemoryWatermarkWriter,
+    MemoryWindowChunkReader,
     replay,
 )
 
@@ -79,6 +80,7 @@ class ScriptedConnector:
         self.max_batch = max_batch
         self.instance = "test"
         self.reader: ScriptedReader | None = None
+        self.window_readers: list[MemoryWindowChunkReader] = []
 
     def prepare(self) -> None:
         pass
@@ -88,7 +90,11 @@ class ScriptedConnector:
         return self.reader
 
     def chunk_reader(self) -> MemoryChunkReader:
-        return MemoryChunkReader(self.db)
+        if not self.run.windows:
+            return MemoryChunkReader(self.db)
+        reader = MemoryWindowChunkReader(self.db, hooks=self.run.source_hooks)
+        self.window_readers.append(reader)
+        return reader
 
     def watermark_writer(self) -> MemoryWatermarkWriter:
         return MemoryWatermarkWriter(self.db)
@@ -112,6 +118,11 @@ class Run:
     transform: Transform | None = None
     """Rewrites (or drops, returning None) each log item the reader hands to the engine."""
     election: LeaderElection | None = None
+    windows: bool = False
+    """Chunk readers that send L, SELECT and H at once (with ``chunk_worker``: the engine
+    thread collects them, no worker thread)."""
+    source_hooks: PhaseHooks | None = None
+    """Run by such a reader right after L and before H (writers at the source)."""
     stop_when_idle: bool = True
     max_polls: int = 20_000
     tick: float = 0.01

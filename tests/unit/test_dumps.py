@@ -17,6 +17,7 @@ from dblog.dumps import (
     complete_chunk,
     dump_from_json,
     dump_to_json,
+    following_chunk,
     keys_dump,
     next_chunk,
     set_state,
@@ -329,3 +330,35 @@ def test_finished_dumps_beyond_the_retention_are_forgotten() -> None:
     assert len(ids) == KEEP_FINISHED + 1
     assert ids[0] == "d5" and ids[-1] == "live", "the oldest finished dumps go first"
     assert queue.active() is not None and queue.active().id == "live"
+
+
+def _pick(rows: list[int], plan: ChunkPlan, chunk_size: int) -> list[int]:
+    return [k for k in rows if (plan.after is None or (k,) > plan.after)
+            and (plan.upper is None or (k,) <= plan.upper)][:chunk_size]
+
+
+@given(st.lists(st.integers(0, 60), unique=True).map(sorted), st.integers(1, 8))
+@settings(max_examples=300)
+def test_following_chunk_plans_what_completing_the_chunk_would(rows: list[int],
+                                                               chunk_size: int) -> None:
+    """The plan a read-ahead job makes from the previous SELECT alone is the plan the engine
+    makes after completing that chunk (complete_chunk, then next_chunk), up to the end."""
+    dump = start_table(tables_dump([A], "d1"), A, (max(rows),) if rows else None, len(rows))
+    plan = next_chunk(dump, chunk_size)
+    while plan is not None:
+        picked = _pick(rows, plan, chunk_size)
+        last = (picked[-1],) if picked else None
+        ahead = following_chunk(plan, last, len(picked), chunk_size)
+        dump = complete_chunk(dump, plan, last, len(picked), len(picked), chunk_size)
+        plan = next_chunk(dump, chunk_size)
+        assert ahead == plan
+
+
+def test_following_chunk_of_a_key_list_or_a_table_start_is_none() -> None:
+    keys = ChunkPlan("d1", A, keys=((1,), (2,)))
+    assert following_chunk(keys, (2,), 2, 2) is None
+    assert following_chunk(ChunkPlan("d1", A, needs_start=True), None, 0, 5) is None
+    full = ChunkPlan("d1", A, after=(3,), upper=(99,))
+    assert following_chunk(full, (8,), 5, 5) == ChunkPlan("d1", A, after=(8,), upper=(99,))
+    assert following_chunk(full, (8,), 4, 5) is None  # short: the table ends here
+    assert following_chunk(full, (99,), 5, 5) is None  # reached the upper bound

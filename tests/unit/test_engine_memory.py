@@ -337,8 +337,9 @@ def test_retryable_output_failure_gives_up_after_the_retry_budget() -> None:
     assert out.attempts == run.engine.delivery.max_retries + 1
 
 
-@pytest.mark.parametrize("worker", [False, True], ids=["inline", "worker"])
-def test_pause_holds_the_dump_and_resume_continues_it(worker: bool) -> None:
+@pytest.mark.parametrize(("worker", "windows"), [(False, False), (True, False), (True, True)],
+                         ids=["inline", "worker", "window"])
+def test_pause_holds_the_dump_and_resume_continues_it(worker: bool, windows: bool) -> None:
     db, t = make_db(50)
     out, store = ListOutput(), MemoryStateStore()
     state: dict[str, Any] = {"phase": "dumping", "reads_at_pause": None}
@@ -368,7 +369,7 @@ def test_pause_holds_the_dump_and_resume_continues_it(worker: bool) -> None:
         return False
 
     run = Run(db, [out], store, settings=fast_settings(5, chunk_worker=worker),
-              on_poll=on_poll, stop_when_idle=False)
+              on_poll=on_poll, stop_when_idle=False, windows=windows)
     futures["dump"] = run.engine.request_dump([t])
     run.go()
     dump_id = futures["dump"].result(0)
