@@ -42,7 +42,7 @@ def parse_snapshot(text: str | None) -> tuple[frozenset[int], frozenset[int]]:
     return _txids(parts[2] if len(parts) == 3 else ""), _txids(logged)
 
 
-RowDecoder = Callable[[tuple[Any, ...]], tuple[Key, Row]]
+RowDecoder = Callable[[Sequence[Any]], tuple[Key, Row]]
 
 
 def connect(dsn: str, options: str = "") -> psycopg.Connection:
@@ -62,13 +62,13 @@ def _row_decoder(info: TableInfo) -> RowDecoder:
     if len(key_index) == 1:
         index = key_index[0]
 
-        def decode_one(raw: tuple[Any, ...]) -> tuple[Key, Row]:
-            return (raw[index],), dict(zip(names, raw, strict=False))
+        def decode_one(raw: Sequence[Any]) -> tuple[Key, Row]:
+            return (raw[index],), dict(zip(names, raw))  # noqa: B905 (a snapshot column may follow)
 
         return decode_one
 
-    def decode(raw: tuple[Any, ...]) -> tuple[Key, Row]:
-        return tuple(raw[i] for i in key_index), dict(zip(names, raw, strict=False))
+    def decode(raw: Sequence[Any]) -> tuple[Key, Row]:
+        return tuple(raw[i] for i in key_index), dict(zip(names, raw))  # noqa: B905
 
     return decode
 

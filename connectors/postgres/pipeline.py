@@ -122,15 +122,14 @@ def load_rows(conn: psycopg.Connection[Any], result: pq.abc.PGresult) -> list[tu
 
 
 class LazyRows(Sequence[T]):
-    """A SELECT's rows, loaded and decoded on first full use rather than where the result came
-    in: the chunk worker hands a chunk over (and starts the next one) without spending the
-    interpreter lock on 1000 rows; the engine thread decodes them when it opens the window.
+    """A SELECT's rows, loaded and decoded on first full use (when the engine opens the chunk's
+    window) rather than when the result comes in, so the next chunk can be sent first.
     ``len()`` and the last row are ready at once (the next chunk starts after the last key)."""
 
     __slots__ = ("_count", "_decode", "_last", "_result", "_rows", "_transformer")
 
     def __init__(self, conn: psycopg.Connection[Any], result: pq.abc.PGresult,
-                 decode: Callable[[tuple[Any, ...]], T]) -> None:
+                 decode: Callable[[Sequence[Any]], T]) -> None:
         self._transformer = Transformer(conn)
         self._transformer.set_pgresult(result)
         self._count = result.ntuples
@@ -159,7 +158,6 @@ class LazyRows(Sequence[T]):
     def _all(self) -> list[T]:
         rows = self._rows
         if rows is None:
-            decode = self._decode
-            rows = self._rows = [decode(r) for r in
-                                 self._transformer.load_rows(0, self._count, tuple)]
+            # the decoder as psycopg's row maker: one call a row, the list built in C
+            rows = self._rows = self._transformer.load_rows(0, self._count, self._decode)
         return rows
