@@ -28,32 +28,42 @@ class RecentTransactions:
                  max_evicted: int = 100_000) -> None:
         self.max_keys = max_keys
         self.max_keys_per_tx = max_keys_per_tx
-        self._txs: OrderedDict[int, Touched] = OrderedDict()
+        # per transaction, the keys it touched in order (a key changed twice counts twice: an
+        # append is cheaper than a set insert on the stream's hot path; the bounds still hold)
+        self._txs: OrderedDict[int, list[TableKey] | Literal["unknown"]] = OrderedDict()
         self._size = 0
         self._evicted: deque[int] = deque(maxlen=max_evicted)
         self._evicted_set: set[int] = set()
         self.evicted = 0
+        self._current: tuple[int, list[TableKey]] | None = None
 
     def add(self, txid: int, table: TableId, key: Key | None, partial: bool = False) -> None:
         """Record a row change; ``key=None`` (a truncate or schema change) marks the whole
         transaction as unknown."""
-        keys = self._txs.get(txid)
-        if keys is None:
-            keys = self._txs[txid] = set()
-        if isinstance(keys, str):
-            return
+        current = self._current
+        if current is None or current[0] != txid:
+            found = self._txs.get(txid)
+            if isinstance(found, str):
+                return
+            if found is None:
+                found = self._txs[txid] = []
+            current = self._current = (txid, found)
+        keys = current[1]
         if key is None or len(keys) >= self.max_keys_per_tx:
             self._size -= len(keys)
             self._txs[txid] = UNKNOWN
+            self._current = None
             return
-        before = len(keys)
-        keys.add((table.schema, table.name, key, partial))
-        self._size += len(keys) - before
-        while self._size > self.max_keys and len(self._txs) > 1:
-            self._evict()
+        keys.append((table.schema, table.name, key, partial))
+        self._size += 1
+        if self._size > self.max_keys:
+            while self._size > self.max_keys and len(self._txs) > 1:
+                self._evict()
 
     def _evict(self) -> None:
         txid, dropped = self._txs.popitem(last=False)
+        if self._current is not None and self._current[0] == txid:
+            self._current = None
         self._size -= 0 if isinstance(dropped, str) else len(dropped)
         if len(self._evicted) == self._evicted.maxlen:
             self._evicted_set.discard(self._evicted[0])
@@ -66,4 +76,5 @@ class RecentTransactions:
         pushed out of the index); None if it was not forwarded (as far as the index knows)."""
         if txid in self._evicted_set:
             return UNKNOWN
-        return self._txs.get(txid)
+        keys = self._txs.get(txid)
+        return keys if keys is None or isinstance(keys, str) else set(keys)
