@@ -271,10 +271,6 @@ class PostgresChunkReader:
             raise classify(exc, f"reading a chunk of {info.table}") from exc
         return PendingWindow(call, q, info.table, name.decode())
 
-    def read_chunk_window(self, low: str, high: str, info: TableInfo, after: Key | None,
-                          upper: Key | None, limit: int) -> Chunk:
-        return self.start_chunk_window(low, high, info, after, upper, limit).wait()
-
     def read_keys(self, info: TableInfo, keys: Sequence[Key]) -> Chunk:
         if not keys:
             return Chunk([])

@@ -102,13 +102,6 @@ class PipelineCall:
             raise error
 
 
-def run_groups(conn: psycopg.Connection[Any],
-               groups: Sequence[Sequence[Statement]]) -> list[pq.abc.PGresult]:
-    """:class:`PipelineCall` and wait for it."""
-    with conn.lock:
-        return PipelineCall(conn, groups).wait()
-
-
 def _encoding(pgconn: pq.abc.PGconn) -> str:
     name = (pgconn.parameter_status(b"client_encoding") or b"UTF8").decode()
     return "utf-8" if name.upper() in ("UTF8", "UTF-8") else name
