@@ -112,6 +112,21 @@ def validated_dump(
     return tables_dump(names)
 
 
+def parse_key(info: TableInfo, values: Sequence[object],
+              parse: Callable[[str, object], object]) -> Key:
+    """A key given by a user, in canonical form: one value per key column, each through
+    ``parse(column name, value)``; DumpRequestError on a wrong count or a malformed value."""
+    if isinstance(values, (str, bytes)) or len(values) != len(info.key_columns):
+        raise DumpRequestError(
+            f"a key of {info.table} has {len(info.key_columns)} value(s) "
+            f"({', '.join(info.key_columns)}), got {values!r}")
+    try:
+        return tuple(parse(name, value)
+                     for name, value in zip(info.key_columns, values, strict=True))
+    except (TypeError, ValueError) as exc:
+        raise DumpRequestError(f"malformed key {values!r} for {info.table}: {exc}") from exc
+
+
 def next_chunk(dump: Dump, chunk_size: int) -> ChunkPlan | None:
     """The next chunk to read, or None when the dump has nothing left."""
     if dump.state not in ACTIVE_STATES:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from dblog import dumps as dumpops
 from dblog.errors import DumpRequestError, FatalSourceError
 from dblog.model import EncodedRow, Key, Row, TableId, TableInfo
 from dblog.spi import Chunk
@@ -213,19 +214,10 @@ class MysqlChunkReader:
         return Chunk(self._rows(q, sql, params, f"reading keys of {info.table}"))
 
     def parse_key(self, info: TableInfo, values: Sequence[object]) -> Key:
-        if isinstance(values, (str, bytes)) or len(values) != len(info.key_columns):
-            raise DumpRequestError(
-                f"a key of {info.table} has {len(info.key_columns)} value(s) "
-                f"({', '.join(info.key_columns)}), got {values!r}")
         types = {c.name: c.type_name for c in info.columns}
         collations = info.extra.get("collations", {})
-        key = []
-        try:
-            for name, value in zip(info.key_columns, values, strict=True):
-                key.append(_parse_value(types[name], collations.get(name), value))
-        except (TypeError, ValueError) as exc:
-            raise DumpRequestError(f"malformed key {values!r} for {info.table}: {exc}") from exc
-        return tuple(key)
+        return dumpops.parse_key(
+            info, values, lambda name, v: _parse_value(types[name], collations.get(name), v))
 
     def close(self) -> None:
         self.conn.close()

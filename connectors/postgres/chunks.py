@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from dblog import dumps as dumpops
 from dblog.errors import DumpRequestError, FatalSourceError
 from dblog.model import Key, Row, TableId, TableInfo
 from dblog.spi import Chunk
@@ -282,16 +283,9 @@ class PostgresChunkReader:
         return self._fetch_chunk(q, query, params, f"reading keys of {info.table}")
 
     def parse_key(self, info: TableInfo, values: Sequence[object]) -> Key:
-        if isinstance(values, (str, bytes)) or len(values) != len(info.key_columns):
-            raise DumpRequestError(
-                f"a key of {info.table} has {len(info.key_columns)} value(s) "
-                f"({', '.join(info.key_columns)}), got {values!r}")
         types = {c.name: c.type_name for c in info.columns}
-        try:
-            return tuple(converter_for(types[k])(None if v is None else str(v))
-                         for k, v in zip(info.key_columns, values, strict=True))
-        except (TypeError, ValueError) as exc:
-            raise DumpRequestError(f"malformed key {values!r} for {info.table}: {exc}") from exc
+        return dumpops.parse_key(
+            info, values, lambda name, v: converter_for(types[name])(None if v is None else str(v)))
 
     def close(self) -> None:
         self.conn.close()
