@@ -21,6 +21,18 @@ from dblog.positions import decode_position
 from dblog.spi import StoredState
 
 
+def check_fence(stored_version: int | None, stored_epoch: int, expected_version: int | None,
+                epoch: int, where: str) -> None:
+    """The compare-and-set rule of every state store: a write from an older leader epoch, or
+    against a version other than the stored one, is refused with FencedError."""
+    if epoch < stored_epoch:
+        raise FencedError(f"state write with epoch {epoch} rejected: epoch {stored_epoch} "
+                          f"owns {where}")
+    if stored_version != expected_version:
+        raise FencedError(f"state version is {stored_version}, expected {expected_version}: "
+                          f"another writer changed {where}")
+
+
 def state_to_json(state: PipelineState) -> dict[str, object]:
     return {
         "position": None if state.position is None else state.position.encode(),
@@ -70,12 +82,7 @@ class FileStateStore:
             current = self._read()
             current_version = None if current is None else int(current["version"])
             current_epoch = -1 if current is None else int(current.get("epoch", 0))
-            if epoch < current_epoch:
-                raise FencedError(f"state write with epoch {epoch} rejected: "
-                                  f"epoch {current_epoch} owns {self.path}")
-            if current_version != expected_version:
-                raise FencedError(f"state version is {current_version}, expected "
-                                  f"{expected_version}: another writer changed {self.path}")
+            check_fence(current_version, current_epoch, expected_version, epoch, str(self.path))
             version = 0 if current_version is None else current_version + 1
             self._replace({"version": version, "epoch": epoch, "data": data})
             return version

@@ -45,6 +45,7 @@ from dblog.errors import (
     StateError,
 )
 from dblog.spi import StoredState
+from dblog.state import check_fence
 
 log = logging.getLogger("dblog.ha")
 MAX_STATE_BYTES = 1_000_000
@@ -190,12 +191,7 @@ class ZooKeeperStateStore:
                epoch: int) -> None:
         version = None if current is None else current[1]
         stored_epoch = -1 if current is None else int(current[0].get("epoch", 0))
-        if epoch < stored_epoch:
-            raise FencedError(f"state write with epoch {epoch} rejected: epoch {stored_epoch} "
-                              f"owns {self.paths.state}")
-        if version != expected:
-            raise FencedError(f"state version is {version}, expected {expected}: another "
-                              f"writer changed {self.paths.state}")
+        check_fence(version, stored_epoch, expected, epoch, self.paths.state)
 
     def _commit(self, body: bytes, expected: int | None, epoch: int) -> int:
         tx = self.client.transaction()
