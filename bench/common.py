@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import resource
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,44 @@ def alive(pipeline: Any) -> None:
     if thread is not None and not thread.is_alive():
         pipeline.join(0)
         raise RuntimeError("the pipeline stopped unexpectedly")
+
+
+def wait_dump(pipeline: Any, dump_id: str, started: float,
+              timeout_s: float) -> tuple[dict[str, Any], float, float]:
+    """Wait until the dump is done and everything emitted is committed; return the dump's
+    status and the times it was done and flushed. A failed or cancelled dump raises."""
+    done_at = None
+    while True:
+        status = pipeline.status()
+        dump = next((d for d in status["dumps"] if d["id"] == dump_id), None)
+        if dump is not None and dump["state"] in ("failed", "cancelled"):
+            raise RuntimeError(f"dump {dump['state']}: {dump.get('error')}")
+        if dump is not None and dump["state"] == "done":
+            done_at = done_at or time.monotonic()
+            if status["committed_seq"] >= status["emitted_seq"]:
+                return dump, done_at, time.monotonic()
+        if time.monotonic() > started + timeout_s:
+            raise RuntimeError(f"dump not done after {timeout_s}s: {dump}")
+        alive(pipeline)
+        time.sleep(0.01)
+
+
+def wait_stream(pipeline: Any, expected_seq: int, started: float,
+                timeout_s: float) -> tuple[dict[str, Any], float, float]:
+    """Wait until ``expected_seq`` is committed; return the last status and the times it was
+    emitted and committed."""
+    emitted_at = None
+    while True:
+        status = pipeline.status()
+        if emitted_at is None and status["emitted_seq"] >= expected_seq:
+            emitted_at = time.monotonic()
+        if status["committed_seq"] >= expected_seq:
+            committed_at = time.monotonic()
+            return status, emitted_at or committed_at, committed_at
+        if time.monotonic() > started + timeout_s:
+            raise RuntimeError(f"stream not consumed after {timeout_s}s: {status}")
+        alive(pipeline)
+        time.sleep(0.01)
 
 
 def count_ops(path: Path, op: str) -> int:

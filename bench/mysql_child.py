@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import alive, count_ops, rss_kb
+from common import count_ops, rss_kb, wait_dump, wait_stream
 
 DATABASE = "dblog_bench"
 TABLE = f"{DATABASE}.dblog_bench"
@@ -45,21 +45,7 @@ def child_dump(args: dict[str, Any]) -> dict[str, Any]:
     try:
         started = time.monotonic()
         dump_id = pipeline.dump([TABLE])
-        done_at = None
-        while True:
-            status = pipeline.status()
-            dump = next((d for d in status["dumps"] if d["id"] == dump_id), None)
-            if dump is not None and dump["state"] in ("failed", "cancelled"):
-                raise RuntimeError(f"dump {dump['state']}: {dump.get('error')}")
-            if dump is not None and dump["state"] == "done":
-                done_at = done_at or time.monotonic()
-                if status["committed_seq"] >= status["emitted_seq"]:
-                    break
-            if time.monotonic() > started + args["timeout_s"]:
-                raise RuntimeError(f"dump not done after {args['timeout_s']}s: {dump}")
-            alive(pipeline)
-            time.sleep(0.01)
-        flushed_at = time.monotonic()
+        dump, done_at, flushed_at = wait_dump(pipeline, dump_id, started, args["timeout_s"])
         chunks = sum(t["chunks"] for t in dump["tables"])
     finally:
         pipeline.stop()
@@ -76,23 +62,13 @@ def child_stream(args: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
     pipeline = _pipeline(args, name, start=args["start"]).start()
     try:
-        emitted_at = None
-        while True:
-            status = pipeline.status()
-            if emitted_at is None and status["emitted_seq"] >= args["expected_seq"]:
-                emitted_at = time.monotonic()
-            if status["committed_seq"] >= args["expected_seq"]:
-                break
-            if time.monotonic() > started + args["timeout_s"]:
-                raise RuntimeError(f"stream not consumed after {args['timeout_s']}s: {status}")
-            alive(pipeline)
-            time.sleep(0.01)
-        committed_at = time.monotonic()
+        _, emitted_at, committed_at = wait_stream(pipeline, args["expected_seq"], started,
+                                                  args["timeout_s"])
     finally:
         pipeline.stop()
     updates = count_ops(Path(args["workdir"]) / f"{name}.jsonl", "update")
     return {"updates": updates, "seconds": committed_at - started,
-            "seconds_to_emitted": (emitted_at or committed_at) - started,
+            "seconds_to_emitted": emitted_at - started,
             "rss_baseline_mb": baseline.get("VmRSS", 0) / 1024,
             "peak_rss_mb": rss_kb()["VmHWM"] / 1024}
 

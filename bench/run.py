@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import alive, count_ops, rss_kb, summary
+from common import count_ops, rss_kb, summary, wait_dump, wait_stream
 
 TABLE_SCHEMA = "public"
 TABLE_NAME = "dblog_bench"
@@ -268,23 +268,7 @@ def child_dump(args: dict[str, Any]) -> dict[str, Any]:
     try:
         started = time.monotonic()
         dump_id = pipeline.dump([TABLE])
-        done_at = None
-        deadline = started + args["timeout_s"]
-        while True:
-            status = pipeline.status()
-            dump = next((d for d in status["dumps"] if d["id"] == dump_id), None)
-            if dump is not None and dump["state"] in ("failed", "cancelled"):
-                raise RuntimeError(f"dump {dump['state']}: {dump.get('error')}")
-            if dump is not None and dump["state"] == "done":
-                if done_at is None:
-                    done_at = time.monotonic()
-                if status["committed_seq"] >= status["emitted_seq"]:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"dump not done after {args['timeout_s']}s: {dump}")
-            alive(pipeline)
-            time.sleep(0.01)
-        flushed_at = time.monotonic()
+        dump, done_at, flushed_at = wait_dump(pipeline, dump_id, started, args["timeout_s"])
         chunks = sum(t["chunks"] for t in dump["tables"])
         rows_status = sum(t["rows"] for t in dump["tables"])
     finally:
@@ -307,19 +291,8 @@ def child_stream(args: dict[str, Any]) -> dict[str, Any]:
     pipeline.start()
     try:
         running_at = time.monotonic()
-        emitted_at = None
-        deadline = started + args["timeout_s"]
-        while True:
-            status = pipeline.status()
-            if emitted_at is None and status["emitted_seq"] >= expected_seq:
-                emitted_at = time.monotonic()
-            if status["committed_seq"] >= expected_seq:
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"stream not consumed after {args['timeout_s']}s: {status}")
-            alive(pipeline)
-            time.sleep(0.01)
-        committed_at = time.monotonic()
+        status, emitted_at, committed_at = wait_stream(pipeline, expected_seq, started,
+                                                       args["timeout_s"])
         position = status["committed_position"]
     finally:
         pipeline.stop()
@@ -328,7 +301,7 @@ def child_stream(args: dict[str, Any]) -> dict[str, Any]:
     return {
         "updates": updates, "committed_seq": status["committed_seq"],
         "committed_position": position, "seconds": committed_at - started,
-        "seconds_to_emitted": (emitted_at or committed_at) - started,
+        "seconds_to_emitted": emitted_at - started,
         "seconds_to_running": running_at - started,
         "rss_baseline_mb": baseline.get("VmRSS", 0) / 1024, "peak_rss_mb": mem["VmHWM"] / 1024,
     }
