@@ -105,6 +105,7 @@ class _Queries:
         n = len(self.key_types)
         above_n = sql.SQL("({}) > ({})").format(self.keys, self._numbered(1))
         upto_n = sql.SQL("({}) <= ({})").format(self.keys, self._numbered(1))
+        self._window_bytes: dict[tuple[bool, bool], bytes] = {}
         self.window = {  # (after given, upper given) -> the SELECT
             (False, False): self.compose(None, True, False, "$1"),
             (True, False): self.compose(above_n, True, False, f"${n + 1}"),
@@ -113,6 +114,13 @@ class _Queries:
                 above_n + sql.SQL(" AND ({}) <= ({})").format(self.keys, self._numbered(n + 1)),
                 True, False, f"${2 * n + 1}"),
         }
+
+    def window_sql(self, form: tuple[bool, bool], conn: psycopg.Connection[Any]) -> bytes:
+        """The window SELECT as bytes, rendered once per form (every chunk uses it)."""
+        rendered = self._window_bytes.get(form)
+        if rendered is None:
+            rendered = self._window_bytes[form] = self.window[form].as_bytes(conn)
+        return rendered
 
     def _numbered(self, first: int) -> sql.Composable:
         """The key as numbered parameters ``$first, ...``, each cast to its column type."""
@@ -255,11 +263,11 @@ class PostgresChunkReader:
         if self._mark is None:
             raise FatalSourceError("this chunk reader was built without the watermark row")
         q = self._q(info)
-        query = q.window[(after is not None, upper is not None)]
+        query = q.window_sql((after is not None, upper is not None), self.conn)
         keys = [*(q.params(after) if after is not None else ()),
                 *(q.params(upper) if upper is not None else ())]
         params = [None if p is None else str(p).encode() for p in keys]
-        select: Statement = (query.as_bytes(self.conn), [*params, str(limit).encode()])
+        select: Statement = (query, [*params, str(limit).encode()])
         update, name = self._mark
         reading: list[Statement] = [
             (b"BEGIN ISOLATION LEVEL REPEATABLE READ", None), (SNAPSHOT_QUERY.encode(), None),
