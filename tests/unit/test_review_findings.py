@@ -57,6 +57,18 @@ class LaggingChunkReader(MemoryChunkReader):
         return super().read_keys(info, keys)  # refetches see the current rows
 
 
+def catch_up_after_one_read(reader: LaggingChunkReader) -> None:
+    """The reader's snapshot catches up once a chunk was read (a re-read sees everything)."""
+    original = reader.read_chunk
+
+    def read_once(*args: Any) -> Chunk:
+        chunk = original(*args)
+        reader.stale, reader.pending = None, frozenset()
+        return chunk
+
+    reader.read_chunk = read_once  # type: ignore[method-assign]
+
+
 def _lagging_run(db: MemoryDatabase, reader: LaggingChunkReader,
                  **kw: Any) -> tuple[Run, ListOutput]:
     out = ListOutput()
@@ -84,14 +96,7 @@ def test_truncate_in_a_forwarded_invisible_transaction_discards_the_chunk() -> N
     db.truncate(t)  # txid 1: forwarded before the first chunk, invisible to its snapshot
     reader = LaggingChunkReader(db, stale, frozenset({1}))
     # the snapshot catches up once the chunk was read (a re-read then sees the truncate)
-    original = reader.read_chunk
-
-    def read_once(*args: Any) -> Chunk:
-        chunk = original(*args)
-        reader.stale, reader.pending = None, frozenset()
-        return chunk
-
-    reader.read_chunk = read_once  # type: ignore[method-assign]
+    catch_up_after_one_read(reader)
     _, out = _lagging_run(db, reader)
     truncate_at = next(i for i, e in enumerate(out.events) if e.op is Op.TRUNCATE)
     late_reads = [e.key for e in out.events[truncate_at:] if e.op is Op.READ]
@@ -137,14 +142,7 @@ def test_pending_transaction_evicted_from_the_recent_index_does_not_let_a_stale_
         db.transaction([("update", t, {"id": k, "v": 1})])
         stale[(k,)] = dict(db.tables[t].rows[(k,)])
     reader = LaggingChunkReader(db, stale, frozenset({1}))
-    original = reader.read_chunk
-
-    def read_once(*args: Any) -> Chunk:
-        chunk = original(*args)
-        reader.stale, reader.pending = None, frozenset()
-        return chunk
-
-    reader.read_chunk = read_once  # type: ignore[method-assign]
+    catch_up_after_one_read(reader)
     _, out = _lagging_run(db, reader, settings={"recent_keys": 2})
     assert_replay_equals_source(out.events, db)
 
@@ -280,14 +278,7 @@ def test_pending_transaction_forwarded_before_a_restart_does_not_let_a_stale_row
     Run(db, [out], store, settings=fast_settings(100)).go()  # forwards and commits txid 1
     assert any(e.op is Op.UPDATE for e in out.events)
     reader = LaggingChunkReader(db, stale, frozenset({1}))
-    original = reader.read_chunk
-
-    def read_once(*args: Any) -> Chunk:
-        chunk = original(*args)
-        reader.stale, reader.pending = None, frozenset()
-        return chunk
-
-    reader.read_chunk = read_once  # type: ignore[method-assign]
+    catch_up_after_one_read(reader)
     second = Run(db, [out], store, settings=fast_settings(100))
     second.connector.chunk_reader = lambda: reader  # type: ignore[method-assign]
     second.engine.request_dump(["public.t"])
