@@ -218,13 +218,14 @@ class PostgresChunkReader:
             self._queries[info.table] = _Queries(info)
         return self._queries[info.table]
 
-    def _fetch(self, query: sql.Composable, params: Sequence[Any], what: str) -> list[Any]:
+    def _fetch(self, query: sql.Composed, params: Sequence[Any], what: str) -> list[Any]:
         try:
-            return self.conn.execute(query, params).fetchall()
+            rows: list[Any] = self.conn.execute(query, params).fetchall()
+            return rows
         except psycopg.Error as exc:
             raise classify(exc, what) from exc
 
-    def _fetch_chunk(self, q: _Queries, query: sql.Composable, params: Sequence[Any],
+    def _fetch_chunk(self, q: _Queries, query: sql.Composed, params: Sequence[Any],
                      what: str) -> Chunk:
         """One chunk in one statement (autocommit: its snapshot is taken now, after L
         committed); the first row also carries the snapshot's in-progress transactions."""
@@ -240,7 +241,7 @@ class PostgresChunkReader:
         return q.decode(rows[0])[0] if rows else None
 
     def read_chunk(self, info: TableInfo, after: Key | None, upper: Key | None,
-                   limit: int) -> list[tuple[Key, Row]]:
+                   limit: int) -> Chunk:
         q = self._q(info)
         if after is None and upper is None:
             query, params = q.first, [limit]
