@@ -29,6 +29,7 @@ from engine_script import (
     source_rows,
 )
 
+from dblog.chunkjobs import READ_AHEAD_DEPTH
 from dblog.dumps import ChunkPlan, Dump, DumpState
 from dblog.engine import Engine, EngineSettings, PhaseHooks
 from dblog.errors import (
@@ -376,7 +377,9 @@ def test_pause_holds_the_dump_and_resume_continues_it(worker: bool, windows: boo
     assert futures["pause"].result(0) == dump_id
     assert futures["resume"].result(0) == dump_id
     assert state["phase"] == "resumed"
-    assert 2 <= state["reads_at_pause"] // 5 <= 3
+    # the pause is applied at the start of a loop turn: the chunks read ahead of the open
+    # window (up to READ_AHEAD_DEPTH) may still close in the turn it was requested in
+    assert 2 <= state["reads_at_pause"] // 5 <= 3 + READ_AHEAD_DEPTH
     assert reads(out.events) == list(range(50))  # each key once, in order, despite the pause
     final = committed(store).dumps.get(dump_id)
     assert final.state is DumpState.DONE and final.rows == 50
