@@ -176,10 +176,8 @@ def raw_stream(dsn: str, slot: str, add_tables: str, expected_updates: int,
 
     from dblog.connectors.postgres.wal2json import WAL2JSON_OPTIONS
 
-    try:  # exactly the decoder dblog uses (today json.JSONDecoder(parse_float=str).decode)
-        from dblog.connectors.postgres.wal2json import _decode as decode
-    except ImportError:
-        decode = json.JSONDecoder(parse_float=str).decode
+    # a generic parse (dicts and lists) with the JSON library and number handling dblog uses
+    from dblog.connectors.postgres.wal2json import parse_message as decode
     options = {**WAL2JSON_OPTIONS, "add-tables": add_tables}
     opts = ", ".join(f"{_quote_ident(k)} '{v}'" for k, v in options.items())
     command = f"START_REPLICATION SLOT {_quote_ident(slot)} LOGICAL 0/0 ({opts})".encode()
@@ -209,7 +207,7 @@ def raw_stream(dsn: str, slot: str, add_tables: str, expected_updates: int,
             if kind == 0x77:  # 'w'
                 start, _end, _ts = _XLOG_HEADER.unpack_from(data, 1)
                 received = max(received, start)
-                msg = decode(bytes(data[25:]).decode("utf-8"))
+                msg = decode(bytes(data[25:]))
                 if msg["action"] == "U":
                     updates += 1
             elif kind == 0x6B:  # 'k'

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
+
+import msgspec
 
 from dblog.errors import FatalSourceError
 from dblog.model import ChangeEvent, Key, LogItem, Op, Row, TableId, Watermark
@@ -13,8 +14,43 @@ from dblog.positions import Lsn
 
 from .types import FLOAT_TYPES, Converter, base_type, converter_for
 
-# numeric values arrive unquoted; parse them as strings so no precision is lost
-_decode = json.JSONDecoder(parse_float=str).decode
+
+class Column(msgspec.Struct, gc=False):
+    """One entry of a message's ``columns``, ``identity`` or ``pk`` list."""
+
+    name: str
+    type: str = ""
+    value: Any = None
+
+
+class Message(msgspec.Struct, gc=False):
+    """A wal2json format-version 2 message; fields this decoder does not use are skipped."""
+
+    action: str
+    xid: int | None = None
+    timestamp: str | None = None
+    schema: str | None = None
+    table: str | None = None
+    columns: list[Column] | None = None
+    identity: list[Column] | None = None
+    pk: list[Column] | None = None
+
+
+# Typed decoding straight into the structs above (no intermediate dicts). Numeric values arrive
+# unquoted: with float_hook=str a number with a fraction or exponent keeps its exact text.
+_decode = msgspec.json.Decoder(Message, float_hook=str).decode
+parse_message = msgspec.json.Decoder(float_hook=str).decode
+"""A generic parse of one message (dicts and lists), with the same number handling."""
+
+
+def _parse(payload: bytes | memoryview | str) -> Message:
+    """One message, or FatalSourceError naming what is wrong with it."""
+    try:
+        return _decode(payload)
+    except msgspec.DecodeError as exc:
+        text = bytes(payload[:200]) if not isinstance(payload, str) else payload[:200]
+        raise FatalSourceError(f"unreadable wal2json message ({exc}): {text!r}",
+                               fix="check that the slot uses wal2json format-version 2") from exc
 
 # The XLogData header already carries each change's LSN, so include-lsn is not needed.
 WAL2JSON_OPTIONS: dict[str, str] = {
@@ -86,71 +122,79 @@ class Wal2JsonDecoder:
         self._tables: dict[tuple[str, str], _TableMeta] = {}
         self._converters: dict[str, Converter | None] = {}
 
-    def _row(self, meta: _TableMeta, columns: Sequence[Mapping[str, Any]]) -> Row:
+    def _row(self, columns: Sequence[Column]) -> Row:
         """Values as JSON gave them; numerics and floats converted (looked up by each column's
         own type, so DDL that renames, retypes or reorders columns is followed at once)."""
         converters = self._converters
         row: Row = {}
         for column in columns:
-            value = column["value"]
+            value = column.value
             if value is not None:
-                convert = converters.get(column["type"], _UNSEEN)
+                convert = converters.get(column.type, _UNSEEN)
                 if convert is _UNSEEN:
-                    convert = converters[column["type"]] = log_converter(column["type"])
+                    convert = converters[column.type] = log_converter(column.type)
                 if convert is not None:
                     value = convert(value)
-            row[column["name"]] = value
+            row[column.name] = value
         return row
 
-    def decode(self, payload: bytes | memoryview, header_lsn: int) -> LogItem | None:
-        return self.decode_message(_decode(str(payload, "utf-8")), header_lsn)
+    def decode(self, payload: bytes | memoryview | str, header_lsn: int) -> LogItem | None:
+        return self.decode_message(_parse(payload), header_lsn)
 
-    def decode_batch(self, payloads: list[str], header_lsns: list[int]) -> list[LogItem]:
+    def decode_batch(self, payloads: Sequence[bytes | str], header_lsns: list[int]
+                     ) -> list[LogItem]:
         """Decode messages one by one (one parse of them all as a JSON array is slower: the
         collector keeps scanning the growing list)."""
         items = []
-        decode, decode_message = _decode, self.decode_message
-        for payload, lsn in zip(payloads, header_lsns, strict=True):
-            item = decode_message(decode(payload), lsn)
-            if item is not None:
-                items.append(item)
+        decode_message = self.decode_message
+        try:
+            for payload, lsn in zip(payloads, header_lsns, strict=True):
+                item = decode_message(_decode(payload), lsn)
+                if item is not None:
+                    items.append(item)
+        except msgspec.DecodeError:
+            for payload in payloads:
+                _parse(payload)  # raises the error naming the bad message
+            raise
         return items
 
-    def decode_message(self, msg: Mapping[str, Any], header_lsn: int) -> LogItem | None:
-        action = msg["action"]
+    def decode_message(self, msg: Message, header_lsn: int) -> LogItem | None:
+        action = msg.action
         if action in _ROW_ACTIONS:
             return self._row_event(msg, _ROW_ACTIONS[action], header_lsn)
         if action == "B":
-            return ChangeEvent(Op.BEGIN, None, txid=msg.get("xid"), commit_ts=msg.get("timestamp"),
+            return ChangeEvent(Op.BEGIN, None, txid=msg.xid, commit_ts=msg.timestamp,
                                position=Lsn(header_lsn))
         if action == "C":
             # the message header of COMMIT carries the commit record's end: the resume point
-            return ChangeEvent(Op.COMMIT, None, txid=msg.get("xid"),
-                               commit_ts=msg.get("timestamp"), position=Lsn(header_lsn))
+            return ChangeEvent(Op.COMMIT, None, txid=msg.xid, commit_ts=msg.timestamp,
+                               position=Lsn(header_lsn))
         if action == "T":
-            return ChangeEvent(Op.TRUNCATE, self._meta(msg).table, txid=msg.get("xid"),
-                               commit_ts=msg.get("timestamp"), position=Lsn(header_lsn))
+            return ChangeEvent(Op.TRUNCATE, self._meta(msg).table, txid=msg.xid,
+                               commit_ts=msg.timestamp, position=Lsn(header_lsn))
         if action == "M":
             return None
         raise FatalSourceError(f"unexpected wal2json action {action!r}")
 
-    def _meta(self, msg: Mapping[str, Any]) -> _TableMeta:
-        name = (msg["schema"], msg["table"])
+    def _meta(self, msg: Message) -> _TableMeta:
+        if msg.schema is None or msg.table is None:
+            raise FatalSourceError(f"wal2json {msg.action!r} message without schema or table",
+                                   fix="check that the slot uses wal2json format-version 2")
+        name = (msg.schema, msg.table)
         meta = self._tables.get(name)
-        if meta is None or (not meta.key_columns and "pk" in msg):
+        if meta is None or (not meta.key_columns and msg.pk is not None):
             # (re)learn the key: a TRUNCATE, the first message after a restart, has no "pk"
             table = TableId(*name)
-            keys = self.key_columns.get(table) or tuple(c["name"] for c in msg.get("pk", ()))
+            keys = self.key_columns.get(table) or tuple(c.name for c in msg.pk or ())
             meta = self._tables[name] = _TableMeta(table, table == self.watermark_table, keys)
         return meta
 
-    def _row_event(self, msg: Mapping[str, Any], op: Op, header_lsn: int) -> LogItem | None:
+    def _row_event(self, msg: Message, op: Op, header_lsn: int) -> LogItem | None:
         meta = self._meta(msg)
-        after = self._row(meta, msg["columns"]) if "columns" in msg else None
+        after = self._row(msg.columns) if msg.columns is not None else None
         if meta.watermark:
             return self._watermark(after, header_lsn, op)
-        raw_identity = msg.get("identity")
-        identity = self._row(meta, raw_identity) if raw_identity is not None else None
+        identity = self._row(msg.identity) if msg.identity is not None else None
         unchanged: tuple[str, ...] = ()
         if op is Op.UPDATE and after is not None and not (
                 len(after) == len(meta.columns) and after.keys() >= meta.columns):
@@ -167,8 +211,8 @@ class Wal2JsonDecoder:
                 # an identity of only the key (REPLICA IDENTITY DEFAULT) is no before-image
                 if old_key is not None or len(identity) > len(meta.key_columns):
                     before = identity
-        return ChangeEvent(op, meta.table, key, before, after, Lsn(header_lsn), msg.get("xid"),
-                           msg.get("timestamp"), old_key, unchanged)
+        return ChangeEvent(op, meta.table, key, before, after, Lsn(header_lsn), msg.xid,
+                           msg.timestamp, old_key, unchanged)
 
     def _watermark(self, after: Row | None, header_lsn: int, op: Op) -> Watermark | None:
         if op is Op.DELETE or after is None or after.get("name") != self.instance:

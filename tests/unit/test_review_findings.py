@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
 import pytest
 from engine_script import Run, assert_replay_equals_source, fast_settings
 
@@ -210,13 +211,18 @@ def _decoder(catalog: _Catalog) -> Wal2JsonDecoder:
     return Wal2JsonDecoder("test", TableId("dblog", "watermark"), catalog)
 
 
+def _decode(decoder: Wal2JsonDecoder, message: dict[str, Any], lsn: int) -> Any:
+    """The message through the same parse as the replication stream's bytes."""
+    return decoder.decode(orjson.dumps(message), lsn)
+
+
 def test_truncate_as_first_message_of_a_table_does_not_lose_its_key_columns() -> None:
     """wal2json._meta caches a table's key columns from the first message's ``pk``; a TRUNCATE
     message has no ``pk``, so after a restart whose first message for a table is a TRUNCATE
     every later event of that table has key None (the drop rule and outputs break)."""
     decoder = _decoder(_Catalog(("id", "v")))
-    decoder.decode_message({"action": "T", "xid": 7, "schema": "public", "table": "t"}, 100)
-    event = decoder.decode_message(
+    _decode(decoder, {"action": "T", "xid": 7, "schema": "public", "table": "t"}, 100)
+    event = _decode(decoder,
         {"action": "I", "xid": 8, "schema": "public", "table": "t",
          "columns": [_col("id", "integer", 1), _col("v", "text", "a")],
          "pk": [{"name": "id", "type": "integer"}]}, 200)
@@ -231,13 +237,13 @@ def test_unchanged_toast_column_is_detected_after_a_column_was_added() -> None:
     catalog = _Catalog(("id", "big"))
     decoder = _decoder(catalog)
     pk = [{"name": "id", "type": "integer"}]
-    full = decoder.decode_message(
+    full = _decode(decoder,
         {"action": "U", "xid": 1, "schema": "public", "table": "t", "pk": pk,
          "columns": [_col("id", "integer", 1), _col("big", "text", "x" * 10)],
          "identity": [_col("id", "integer", 1)]}, 100)
     assert isinstance(full, ChangeEvent) and full.unchanged == ()
     catalog.current = ("id", "big", "c")  # ALTER TABLE t ADD COLUMN c int
-    partial = decoder.decode_message(
+    partial = _decode(decoder,
         {"action": "U", "xid": 2, "schema": "public", "table": "t", "pk": pk,
          "columns": [_col("id", "integer", 1), _col("c", "integer", 5)],
          "identity": [_col("id", "integer", 1)]}, 200)
@@ -252,10 +258,10 @@ def test_numeric_conversion_follows_column_names_not_column_count() -> None:
     column the drop rule would not match)."""
     decoder = _decoder(_Catalog(("id", "note")))
     pk = [{"name": "id", "type": "integer"}]
-    decoder.decode_message({"action": "I", "xid": 1, "schema": "public", "table": "t", "pk": pk,
+    _decode(decoder, {"action": "I", "xid": 1, "schema": "public", "table": "t", "pk": pk,
                             "columns": [_col("id", "integer", 1), _col("note", "text", "a")]},
                            100)
-    event = decoder.decode_message(
+    event = _decode(decoder,
         {"action": "I", "xid": 2, "schema": "public", "table": "t", "pk": pk,
          "columns": [_col("id", "integer", 2), _col("amount", "numeric", 5)]}, 200)
     assert isinstance(event, ChangeEvent) and isinstance(event.after, dict)
