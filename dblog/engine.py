@@ -49,6 +49,7 @@ from dblog.spi import (
     Output,
     SourceConnector,
     StateStore,
+    WakeableLogReader,
     WindowChunkReader,
 )
 from dblog.state import state_from_json
@@ -128,6 +129,7 @@ class Engine:
         self._stop = threading.Event()
         self._jobs_this_turn = 0
         self.running = threading.Event()
+        self._wakeable: WakeableLogReader | None = None
 
     # -- control (any thread) -------------------------------------------------------------
 
@@ -161,6 +163,7 @@ class Engine:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake()
 
     def status(self) -> dict[str, Any]:
         state = self.delivery.state
@@ -174,6 +177,13 @@ class Engine:
 
     def _command(self, command: Callable[[], None]) -> None:
         self.knobs.commands.put(command)
+        self._wake()
+
+    def _wake(self) -> None:
+        """Cut short a poll of an idle log, so a command acts at once (when the reader can)."""
+        reader = self._wakeable
+        if reader is not None:
+            reader.wakeup()
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -186,6 +196,8 @@ class Engine:
         try:
             reader = self.connector.log_reader()
             opened.append(reader)
+            if isinstance(reader, WakeableLogReader):
+                self._wakeable = reader
             self._chunks = self.connector.chunk_reader()
             opened.append(self._chunks)
             self._watermarks = self.connector.watermark_writer()
@@ -201,6 +213,7 @@ class Engine:
         finally:
             sys.setswitchinterval(switch_interval)
             self.running.clear()
+            self._wakeable = None
             self._runner.shutdown()
             for closeable in opened:
                 try:

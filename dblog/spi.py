@@ -52,6 +52,16 @@ class LogReader(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class WakeableLogReader(Protocol):
+    """An optional capability of a log reader: :meth:`wakeup` may be called from any thread
+    and makes a :meth:`LogReader.poll` in progress (or the next one) return soon, with or
+    without items. The engine calls it when a control command (a dump request, pause, stop)
+    arrives, so the command does not wait for the poll timeout of an idle log."""
+
+    def wakeup(self) -> None: ...
+
+
 class ChunkReader(Protocol):
     """Reads table metadata and primary-key chunks from the source (step 3 of the algorithm)."""
 

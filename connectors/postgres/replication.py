@@ -18,6 +18,7 @@ from psycopg import pq
 from dblog.errors import RetryableSourceError
 from dblog.model import LogItem
 from dblog.positions import Lsn, Position
+from dblog.wakeup import Wakeup
 
 from .errors import classify
 from .wal2json import WAL2JSON_OPTIONS, Wal2JsonDecoder
@@ -54,7 +55,8 @@ def start_command(slot: str, position: Position | None, options: dict[str, str])
 
 
 class PostgresLogReader:
-    """A :class:`dblog.spi.LogReader` over one replication connection."""
+    """A :class:`dblog.spi.LogReader` (and :class:`dblog.spi.WakeableLogReader`) over one
+    replication connection."""
 
     def __init__(
         self,
@@ -75,6 +77,10 @@ class PostgresLogReader:
         self._received = 0
         self._acked = 0
         self._last_feedback = 0.0
+        self._wakeup = Wakeup()
+
+    def wakeup(self) -> None:
+        self._wakeup.set()
 
     def start(self, position: Position | None) -> None:
         self.verify_start(position)
@@ -121,7 +127,9 @@ class PostgresLogReader:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                select.select([conn.socket], [], [], remaining)
+                readable, _, _ = select.select([conn.socket, self._wakeup], [], [], remaining)
+                if self._wakeup in readable and self._wakeup.clear():
+                    break
                 conn.consume_input()
                 continue
             if nbytes < 0:
@@ -172,3 +180,4 @@ class PostgresLogReader:
         if self._conn is not None:
             self._conn.finish()
             self._conn = None
+        self._wakeup.close()

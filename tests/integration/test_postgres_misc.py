@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psycopg
@@ -152,3 +153,32 @@ def test_unknown_config_key_names_the_key(tmp_path: Path) -> None:
     run = subprocess.run([sys.executable, "-m", "dblog.cli", "check", "--config", str(config)],
                          capture_output=True, text=True, check=False)
     assert run.returncode == 2 and "source: slots: unknown key (did you mean slot?)" in run.stderr
+
+
+def test_dump_request_on_an_idle_log_is_accepted_without_waiting_for_the_poll(
+        pg_dsn: str, tmp_path: Path) -> None:
+    """A command (here a dump request) wakes the log reader's poll: with a 30 s poll timeout
+    and nothing in the log, the request is still accepted at once."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE wake (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO wake SELECT generate_series(1, 5)")
+    slot = "wake_" + pg_dsn.rsplit("dbname=", 1)[-1].split()[0].lower()
+    settings = EngineSettings(chunk_size=20, poll_timeout_s=30.0, heartbeat_interval_s=600.0)
+    pipeline = Pipeline(
+        PostgresConnector({"dsn": pg_dsn, "slot": slot, "tables": ["public.wake"]}, "wake"),
+        [JsonlOutput({"path": str(tmp_path / "out.jsonl")})],
+        state_path=str(tmp_path / "state.json"), settings=settings).start()
+    try:
+        time.sleep(0.5)  # the engine is now inside a 30 s poll of an idle log
+        requested = time.monotonic()
+        dump_id = pipeline.dump(["public.wake"], timeout=25.0)
+        accepted_s = time.monotonic() - requested
+        wait_until(lambda: pipeline.dump_status(dump_id)["state"] == "done", 25, "the dump")
+        stopping = time.monotonic()
+    finally:
+        pipeline.stop()
+    stopped_s = time.monotonic() - stopping
+    assert accepted_s < 5.0, f"the dump request waited {accepted_s:.1f}s for the poll"
+    assert stopped_s < 5.0, f"stop waited {stopped_s:.1f}s for the poll"
+    events = read_events(tmp_path / "out.jsonl")
+    assert sorted(e["key"][0] for e in events if e["op"] == "read") == [1, 2, 3, 4, 5]
