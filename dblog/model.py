@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+import msgspec
 import orjson
 
 from dblog.positions import Position
@@ -78,14 +79,17 @@ class TableId:
         return f"{self.schema}.{self.name}"
 
 
-@dataclass(slots=True)
-class ChangeEvent:
+class ChangeEvent(msgspec.Struct, gc=False):
     """One event of the stream.
 
     ``key`` is the key of the row after the change (before it for deletes); ``old_key`` is set
     only when an update changed the key. ``unchanged`` names columns the source did not send
     (PostgreSQL TOAST): they are absent from ``after`` and keep their previous value.
     ``seq`` is assigned by the engine when the event is emitted.
+
+    A msgspec struct rather than a dataclass: one is built per row and per log change, and a
+    struct's constructor costs less than half as much. Events never form reference cycles, so
+    they stay out of the cyclic garbage collector (``gc=False``).
     """
 
     op: Op

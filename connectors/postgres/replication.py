@@ -127,8 +127,9 @@ class PostgresLogReader:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                readable, _, _ = select.select([conn.socket, self._wakeup], [], [], remaining)
-                if self._wakeup in readable and self._wakeup.clear():
+                wake = self._wakeup.fileno()
+                readable, _, _ = select.select([conn.socket, wake], [], [], remaining)
+                if wake in readable and self._wakeup.clear():
                     break
                 conn.consume_input()
                 continue
