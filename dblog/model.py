@@ -20,11 +20,12 @@ Row = dict[str, Any]
 
 class EncodedRow:
     """A row image the source already encoded as one JSON object with canonical values (the
-    dump fast path). Outputs embed ``json`` as is; :meth:`decode` gives the :data:`Row`."""
+    dump fast path). Outputs embed ``json`` (UTF-8 text or bytes) as is; :meth:`decode` gives
+    the :data:`Row`."""
 
     __slots__ = ("json",)
 
-    def __init__(self, json: str) -> None:
+    def __init__(self, json: str | bytes) -> None:
         self.json = json
 
     def decode(self) -> Row:

@@ -155,7 +155,7 @@ class JsonlOutput:
             if type(after) is dict:
                 body = dumps(after)
             elif isinstance(after, EncodedRow):
-                body = after.json.encode()
+                body = after.json if type(after.json) is bytes else after.json.encode()
             else:
                 append(line(e))
                 continue
