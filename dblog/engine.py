@@ -406,6 +406,10 @@ class Engine:
             self._prefetch()  # the next chunk is read while these rows are emitted
         self.delivery.emit_all([ChangeEvent(read, table, key, None, row, high_position, None,
                                             None, None, (), dump_id) for key, row in rows])
+        # hand each chunk to the outputs at once: the output work then falls evenly on every
+        # chunk and hides the next window's round trip (batches of two 1000-row chunks left
+        # every other turn waiting for it: 181-214k against 219-257k rows/s)
+        self.delivery.deliver()
         if window.refetch:
             self._mark_dump(refetch)
         self._mark_dump(dump)
