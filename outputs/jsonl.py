@@ -13,11 +13,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import msgspec
 import orjson
 from pydantic import BaseModel, ConfigDict
 
 from dblog.errors import FatalOutputError, LeadershipLost
-from dblog.formats import native, native_line
+from dblog.formats import native_line
 from dblog.model import ChangeEvent, EncodedRow, Op
 
 _BLOCK = 1 << 16
@@ -83,11 +84,20 @@ def _write_all(handle: BinaryIO, data: bytes) -> None:
         view = view[written:]
 
 
-def _read_head(event: ChangeEvent) -> bytes:
-    """The native fields of a dump row other than seq, key and after (encoded once a chunk)."""
-    head = orjson.dumps(native(ChangeEvent(Op.READ, event.table, position=event.position,
-                                          dump_id=event.dump_id, seq=0)))
-    return head[len(b'{"seq":0,'):-1]
+class _ReadLine(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
+    """The native form of a dump row whose after-image is encoded already (``Raw``)."""
+
+    seq: int
+    op: str
+    schema: str
+    table: str
+    pos: str | None = None
+    dump_id: str | None = None
+    key: Any
+    after: msgspec.Raw
+
+
+_ENCODER = msgspec.json.Encoder()
 
 
 class JsonlOutput:
@@ -109,8 +119,8 @@ class JsonlOutput:
         mid-batch (SIGSTOP, a VM stall) cannot append that batch after it was deposed."""
         self._written = -1
         self._durable = -1
-        self._read_ident: tuple[object, ...] | None = None
-        self._read_head = b""
+        self._read_position: object = None
+        self._read_pos: str | None = None
 
     @classmethod
     def from_config(cls, raw: dict[str, Any]) -> JsonlOutput:
@@ -142,31 +152,31 @@ class JsonlOutput:
             self._written = events[-1].seq
 
     def _lines(self, events: Sequence[ChangeEvent]) -> list[bytes]:
-        """``native_line`` of each event; dump rows (the bulk of a dump) take a shortcut: the
-        fields they share within a chunk are encoded once, key and row in place."""
+        """``native_line`` of each event. Dump rows the source encoded already (the bulk of a
+        dump) take a shortcut: consecutive ones are encoded in one call, the row embedded as
+        is (same fields as ``native``; the JSON field order differs)."""
         lines: list[bytes] = []
-        append, line, dumps, read = lines.append, native_line, orjson.dumps, Op.READ
+        append, line, read = lines.append, native_line, Op.READ
+        reads: list[_ReadLine] = []
         for e in events:
             after = e.after
-            if e.op is not read or e.key is None or e.txid is not None or e.before is not None \
+            if e.op is not read or type(after) is not EncodedRow or e.key is None \
+                    or e.table is None or e.txid is not None or e.before is not None \
                     or e.old_key is not None or e.unchanged or e.commit_ts is not None:
+                if reads:
+                    append(_ENCODER.encode_lines(reads))
+                    reads = []
                 append(line(e))
                 continue
-            if type(after) is dict:
-                body = dumps(after)
-            elif isinstance(after, EncodedRow):
-                body = after.json if type(after.json) is bytes else after.json.encode()
-            else:
-                append(line(e))
-                continue
-            ident = self._read_ident
-            # the rows of a chunk share their table, position and dump id objects
-            if ident is None or e.table is not ident[0] or e.position is not ident[1] \
-                    or e.dump_id is not ident[2]:
-                self._read_head = _read_head(e)
-                self._read_ident = (e.table, e.position, e.dump_id)
-            append(b'{"seq":%d,%b,"key":%b,"after":%b}\n' % (
-                e.seq, self._read_head, dumps(e.key), body))
+            table, position = e.table, e.position
+            if position is not self._read_position:
+                self._read_position = position
+                self._read_pos = None if position is None else str(position)
+            reads.append(_ReadLine(seq=e.seq, op="read", schema=table.schema, table=table.name,
+                                   pos=self._read_pos, dump_id=e.dump_id, key=e.key,
+                                   after=msgspec.Raw(after.json)))
+        if reads:
+            append(_ENCODER.encode_lines(reads))
         return lines
 
     def flush(self) -> int:

@@ -50,3 +50,27 @@ def test_the_common_log_row_shape_takes_the_fast_path_and_matches() -> None:
     line = native_line(event)
     assert line == orjson.dumps(native(event), option=orjson.OPT_APPEND_NEWLINE)
     assert orjson.loads(line)["pos"] == "16/B3"
+
+
+def _dump_row(row: dict[str, object], as_bytes: bool, table: TableId, position: Lsn | None,
+              seq: int, dump_id: str | None) -> ChangeEvent:
+    encoded = orjson.dumps(row)
+    return ChangeEvent(Op.READ, table, (seq,), None,
+                       EncodedRow(encoded if as_bytes else encoded.decode()), position,
+                       dump_id=dump_id, seq=seq)
+
+
+@settings(max_examples=200)
+@given(st.lists(st.one_of(events(), st.builds(
+    _dump_row, rows, st.booleans(), st.builds(TableId, st.text(max_size=6), st.text(max_size=6)),
+    st.one_of(st.none(), st.integers(0, 2**64 - 1).map(Lsn)), st.integers(0, 2**40),
+    st.one_of(st.none(), st.just("d1")))), max_size=12))
+def test_jsonl_lines_decode_to_the_native_documents_in_order(batch: list[ChangeEvent]) -> None:
+    """The jsonl output's batch encoding (dump rows encoded together, their row embedded as
+    is) gives, line by line, the documents of the reference encoding."""
+    from dblog.outputs.jsonl import JsonlOutput
+
+    data = b"".join(JsonlOutput()._lines(batch))
+    assert data.count(b"\n") == len(batch) and (not batch or data.endswith(b"\n"))
+    assert [orjson.loads(line) for line in data.splitlines()] == \
+        [orjson.loads(orjson.dumps(native(e, decoded=True))) for e in batch]
