@@ -33,6 +33,11 @@ ROWS = [
     "(3, NULL, NULL, NULL, '-Infinity', 1e300, 123456789012345678901234567890.123456789, NULL, "
     "NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'infinity', NULL, NULL, NULL, '-infinity', NULL, "
     "NULL, NULL, NULL, NULL, NULL, NULL)",
+    # a numeric beyond 64 bits without a fraction (wal2json prints a bare JSON integer), a
+    # float with an exponent, and text outside the BMP
+    "(4, NULL, NULL, NULL, 1.5e-30, -2.5e-300, 123456789012345678901234567890, 1e9, "
+    "'\U0001F600 é', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+    "NULL, NULL, NULL, NULL, NULL, NULL)",
 ]
 
 
@@ -56,11 +61,13 @@ def test_log_and_dump_values_are_identical_for_every_type(pg_dsn: str, tmp_path:
     events = read_events(tmp_path / "out.jsonl")
     logged = {e["key"][0]: e["after"] for e in events if e["op"] == "insert"}
     dumped = {e["key"][0]: e["after"] for e in events if e["op"] == "read"}
-    assert sorted(logged) == sorted(dumped) == [1, 2, 3]
-    for key in (1, 2, 3):
+    assert sorted(logged) == sorted(dumped) == [1, 2, 3, 4]
+    for key in (1, 2, 3, 4):
         assert logged[key] == dumped[key], key
     first = logged[1]
     assert first["i8"] == 9007199254740993 and first["n"] == "1.50" and first["f4"] == 0.1
     assert first["by"] == "00ff" and first["b"] is True and first["ai"] == "{1,2,3}"
     assert logged[2]["f4"] is None and logged[2]["n"] is None and logged[2]["f8"] is None
     assert logged[3]["n"] == "123456789012345678901234567890.123456789"
+    assert logged[4]["n"] == "123456789012345678901234567890" and logged[4]["f8"] == -2.5e-300
+    assert logged[4]["n2"] == "1000000000.00" and logged[4]["t"] == "\U0001F600 é"
