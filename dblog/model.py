@@ -36,7 +36,8 @@ class EncodedRow:
         return isinstance(other, EncodedRow) and self.decode() == other.decode()
 
     def __hash__(self) -> int:
-        return hash(self.json)
+        # consistent with __eq__, which compares decoded rows (text or bytes, any key order)
+        return hash(orjson.dumps(self.decode(), option=orjson.OPT_SORT_KEYS))
 
     def __repr__(self) -> str:
         return f"EncodedRow({self.json!r})"

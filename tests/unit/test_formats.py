@@ -74,3 +74,11 @@ def test_jsonl_lines_decode_to_the_native_documents_in_order(batch: list[ChangeE
     assert data.count(b"\n") == len(batch) and (not batch or data.endswith(b"\n"))
     assert [orjson.loads(line) for line in data.splitlines()] == \
         [orjson.loads(orjson.dumps(native(e, decoded=True))) for e in batch]
+
+
+def test_encoded_rows_equal_as_rows_hash_alike() -> None:
+    as_text = EncodedRow('{"b": 2, "a": "x"}')
+    as_bytes = EncodedRow(b'{"a":"x","b":2}')
+    assert as_text == as_bytes and hash(as_text) == hash(as_bytes)
+    assert as_text != EncodedRow(b'{"a":"x","b":3}')
+    assert as_bytes.decode() == {"a": "x", "b": 2}
