@@ -291,8 +291,8 @@ class Engine(EngineControl):
         if dump is None or dump.state not in dumpops.ACTIVE_STATES:
             return
         if window.discarded:
-            log.info("chunk of %s discarded by a truncate/schema change; reading it again",
-                     plan.table)
+            log.info("chunk of %s discarded (a truncate or schema change in its window, or the "
+                     "snapshot guard); reading it again", plan.table)
             return
         rows = surviving_rows(window)
         table, dump_id, read = plan.table, plan.dump_id, Op.READ

@@ -238,6 +238,7 @@ class ChunkScheduling:
     def _guard_forwarded(self, window: ChunkWindow, chunk: Chunk) -> ChunkWindow:
         guarded = guard_forwarded(window, self._recent.keys_of, chunk.logged_txids)
         if guarded.discarded:
-            log.info("chunk of %s discarded: a transaction invisible to its SELECT was too "
-                     "large to index; reading it again", window.table)
+            log.info("chunk of %s discarded: a transaction invisible to its SELECT is too large "
+                     "to index, or was logged but never seen by this run (forwarded before a "
+                     "restart); reading it again", window.table)
         return guarded

@@ -12,6 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from dblog.acks import PipelineState
 from dblog.harness.postgres import HarnessError
 from dblog.harness.zookeeper import ZooKeeperServer, start_zookeeper
 from tests.conftest import unavailable
@@ -141,6 +142,21 @@ def test_a_frozen_leader_resumed_after_takeover_emits_nothing(
     assert cluster_epoch_of(tmp_path, zombie) < cluster_epoch_of(tmp_path, successor)
 
 
+def _state_once_reachable(cluster: Cluster, timeout: float = 30.0) -> PipelineState:
+    """The committed state, read as soon as the test's own ZooKeeper client can read it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            state = cluster.state()
+        except Exception:  # the test's client may still be reconnecting
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+            continue
+        assert state is not None
+        return state
+
+
 def cluster_epoch_of(tmp: Path, name: str) -> int:
     """The first epoch ``name`` was elected with, from its log."""
     text = (tmp / f"{name}.log").read_text()
@@ -162,12 +178,13 @@ def test_zookeeper_outage_and_restart_pause_capture_and_lose_nothing(
             cluster.start()
             wait_until(lambda: (cluster.dump() or (0, ""))[0] > 5, 60, "dump progress")
             for down_s in (2.0, 0.0):  # an outage shorter than the session, then a restart
-                before = cluster.state()
-                assert before is not None
                 own_zk.stop_server()
                 time.sleep(down_s)
                 own_zk.start_server()
-                wait_until(lambda b=before: (cluster.state() or b).seq > b.seq + 100, 60,
+                # progress is measured from a state read once the server is back: commits made
+                # just before the outage must not pass for capture after it
+                back = _state_once_reachable(cluster)
+                wait_until(lambda b=back: (cluster.state() or b).seq > b.seq + 100, 60,
                            "capture to continue after the outage")
                 assert cluster.leader() == leader, "a short outage keeps the leader"
             wait_until(lambda: (cluster.dump() or (0, ""))[1] == "done", 240, "dump to finish")
