@@ -85,7 +85,8 @@ def _write_all(handle: BinaryIO, data: bytes) -> None:
 
 
 class _ReadLine(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
-    """The native form of a dump row whose after-image is encoded already (``Raw``)."""
+    """The native form of a dump row: its after-image a row dict, or one the source encoded
+    already (embedded as ``Raw``)."""
 
     seq: int
     op: str
@@ -94,7 +95,7 @@ class _ReadLine(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     pos: str | None = None
     dump_id: str | None = None
     key: Any
-    after: msgspec.Raw
+    after: Any
 
 
 _ENCODER = msgspec.json.Encoder()
@@ -152,15 +153,16 @@ class JsonlOutput:
             self._written = events[-1].seq
 
     def _lines(self, events: Sequence[ChangeEvent]) -> list[bytes]:
-        """``native_line`` of each event. Dump rows the source encoded already (the bulk of a
-        dump) take a shortcut: consecutive ones are encoded in one call, the row embedded as
-        is (same fields as ``native``; the JSON field order differs)."""
+        """``native_line`` of each event. Dump rows (the bulk of a dump) take a shortcut:
+        consecutive ones are encoded in one call, a pre-encoded row embedded as is (same fields
+        as ``native``; the JSON field order differs)."""
         lines: list[bytes] = []
         append, line, read = lines.append, native_line, Op.READ
         reads: list[_ReadLine] = []
         for e in events:
             after = e.after
-            if e.op is not read or type(after) is not EncodedRow or e.key is None \
+            encoded = type(after) is EncodedRow
+            if e.op is not read or not (encoded or type(after) is dict) or e.key is None \
                     or e.table is None or e.txid is not None or e.before is not None \
                     or e.old_key is not None or e.unchanged or e.commit_ts is not None:
                 if reads:
@@ -174,7 +176,8 @@ class JsonlOutput:
                 self._read_pos = None if position is None else str(position)
             reads.append(_ReadLine(seq=e.seq, op="read", schema=table.schema, table=table.name,
                                    pos=self._read_pos, dump_id=e.dump_id, key=e.key,
-                                   after=msgspec.Raw(after.json)))
+                                   after=msgspec.Raw(after.json)
+                                   if isinstance(after, EncodedRow) else after))
         if reads:
             append(_ENCODER.encode_lines(reads))
         return lines
