@@ -36,11 +36,11 @@ from typing import Any
 import orjson
 import psycopg
 
+from dblog.connectors.postgres.positions import Lsn
 from dblog.ha.election import read_leader
 from dblog.ha.zk import ZkPaths, ZooKeeperStateStore, connect
 from dblog.harness.postgres import start_postgres
 from dblog.harness.zookeeper import start_zookeeper
-from dblog.positions import Lsn
 from dblog.state import state_from_json
 from dblog.testing import replay
 
@@ -126,7 +126,7 @@ class Bench:
     def start(self, name: str) -> None:
         with open(self.root / f"{name}.log", "ab") as log:
             self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "dblog.cli", "run", "--config", str(self.config)],
+                [sys.executable, "-m", "dblog", "run", "--config", str(self.config)],
                 stdout=log, stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1", "DBLOG_INSTANCE": name})
 

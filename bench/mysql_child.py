@@ -20,10 +20,10 @@ def progress(message: str) -> None:
 
 
 def _pipeline(args: dict[str, Any], name: str, start: str | None = None) -> Any:
+    from dblog.app.pipeline import Pipeline
     from dblog.connectors.mysql import MysqlConnector
     from dblog.engine import EngineSettings
     from dblog.outputs.jsonl import JsonlOutput
-    from dblog.pipeline import Pipeline
     from dblog.state import FileStateStore
 
     work = Path(args["workdir"])

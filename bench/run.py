@@ -228,10 +228,10 @@ def raw_stream(dsn: str, slot: str, add_tables: str, expected_updates: int,
 
 
 def _pipeline(args: dict[str, Any], name: str, slot: str) -> Any:
+    from dblog.app.pipeline import Pipeline
     from dblog.connectors.postgres import PostgresConnector
     from dblog.engine import EngineSettings
     from dblog.outputs.jsonl import JsonlOutput
-    from dblog.pipeline import Pipeline
 
     work = Path(args["workdir"])
     pipeline = Pipeline(

@@ -1,9 +1,9 @@
 """dblog: change data capture with watermark-based dumps interleaved with the log."""
 
+from dblog.app.pipeline import Pipeline
+from dblog.core.model import ChangeEvent, Op, TableId
 from dblog.engine import Engine, EngineSettings, PhaseHooks
 from dblog.errors import DblogError
-from dblog.model import ChangeEvent, Op, TableId
-from dblog.pipeline import Pipeline
 
 __all__ = ["ChangeEvent", "DblogError", "Engine", "EngineSettings", "Op", "PhaseHooks",
            "Pipeline", "TableId"]

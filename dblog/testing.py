@@ -13,11 +13,10 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from dblog.dumps import ChunkPlan
-from dblog.errors import DumpRequestError
-from dblog.model import (
+from dblog.core.dumps import ChunkPlan
+from dblog.core.model import (
     ChangeEvent,
     ColumnInfo,
     Key,
@@ -28,8 +27,10 @@ from dblog.model import (
     TableInfo,
     Watermark,
 )
-from dblog.positions import Lsn, Position
-from dblog.settings import PhaseHooks
+from dblog.core.positions import Position, register_position
+from dblog.engine.settings import PhaseHooks
+from dblog.errors import DumpRequestError
+from dblog.formats.native import native_document
 from dblog.spi import Chunk, StoredState
 
 
@@ -54,7 +55,8 @@ class MemoryTable:
 
 
 class MemoryDatabase:
-    """Tables plus a commit-ordered log. Positions are ``Lsn`` values counting log entries."""
+    """Tables plus a commit-ordered log. Positions are :class:`LogOffset` values counting log
+    entries."""
 
     def __init__(self) -> None:
         self.tables: dict[TableId, MemoryTable] = {}
@@ -69,7 +71,7 @@ class MemoryDatabase:
         return table
 
     def _append(self, item: ChangeEvent | Watermark) -> None:
-        position = Lsn(len(self.log) + 1)
+        position = LogOffset(len(self.log) + 1)
         if isinstance(item, Watermark):
             self.log.append(Watermark(item.value, position))
         else:
@@ -122,6 +124,23 @@ class MemoryDatabase:
             self._append(ChangeEvent(Op.COMMIT, None, txid=self._xid))
 
 
+class LogOffset(int):
+    """The memory source's position: the number of log entries handed out (ordered as ints)."""
+
+    __slots__ = ()
+    kind: ClassVar[str] = "offset"
+
+    @classmethod
+    def parse(cls, text: str) -> LogOffset:
+        return cls(int(text))
+
+    def encode(self) -> str:
+        return f"{self.kind}:{int(self)}"
+
+
+register_position(LogOffset.kind, LogOffset.parse)
+
+
 class MemoryLogReader:
     def __init__(self, db: MemoryDatabase, max_batch: int = 64) -> None:
         self.db = db
@@ -130,7 +149,7 @@ class MemoryLogReader:
         self.acknowledged: Position | None = None
 
     def start(self, position: Position | None) -> None:
-        self.offset = position.value if isinstance(position, Lsn) else 0
+        self.offset = int(position) if isinstance(position, LogOffset) else 0
 
     def poll(self, timeout: float) -> list[LogItem]:
         with self.db.lock:
@@ -357,6 +376,4 @@ def replay(events: Iterable[dict[str, Any] | ChangeEvent],
 
 
 def _as_native(event: ChangeEvent) -> dict[str, Any]:
-    from dblog.formats import native
-
-    return native(event, decoded=True)
+    return native_document(event, decoded=True)

@@ -13,13 +13,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import msgspec
 import orjson
 from pydantic import BaseModel, ConfigDict
 
-from dblog.errors import FatalOutputError, LeadershipLost
-from dblog.formats import native_line
-from dblog.model import ChangeEvent, EncodedRow, Op
+from dblog.core.model import ChangeEvent
+from dblog.errors import DblogError, FatalOutputError, LeadershipLost
+from dblog.formats.base import Format, format_by_name
 
 _BLOCK = 1 << 16
 
@@ -84,23 +83,6 @@ def _write_all(handle: BinaryIO, data: bytes) -> None:
         view = view[written:]
 
 
-class _ReadLine(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
-    """The native form of a dump row: its after-image a row dict, or one the source encoded
-    already (embedded as ``Raw``)."""
-
-    seq: int
-    op: str
-    schema: str
-    table: str
-    pos: str | None = None
-    dump_id: str | None = None
-    key: Any
-    after: Any
-
-
-_ENCODER = msgspec.json.Encoder()
-
-
 class JsonlOutput:
     """A :class:`dblog.spi.Output` writing one JSON document per line."""
 
@@ -109,19 +91,22 @@ class JsonlOutput:
     def __init__(self, config: JsonlConfig | dict[str, Any] | None = None, *,
                  name: str | None = None) -> None:
         self.config = config if isinstance(config, JsonlConfig) else JsonlConfig(**(config or {}))
-        if self.config.format != "native":
-            raise FatalOutputError(f"jsonl format {self.config.format!r} is not supported yet",
-                                   fix="use format: native")
+        try:
+            self.format: Format = format_by_name(self.config.format)
+        except DblogError as exc:
+            raise FatalOutputError(f"jsonl output {self.config.path}: {exc.message}",
+                                   fix=exc.fix) from None
         self.name = name or f"jsonl:{self.config.path}"
         self._handle: BinaryIO | None = None
-        self.fence: Callable[[], bool] | None = None
-        """Set by the delivery: whether this instance may still write (leadership). It is
-        checked after encoding, right before the write system call, so a leader frozen
-        mid-batch (SIGSTOP, a VM stall) cannot append that batch after it was deposed."""
+        self._fence: Callable[[], bool] | None = None
         self._written = -1
         self._durable = -1
-        self._read_position: object = None
-        self._read_pos: str | None = None
+
+    def set_fence(self, may_write: Callable[[], bool]) -> None:
+        """Whether this instance may still write (leadership). It is checked after encoding,
+        right before the write system call, so a leader frozen mid-batch (SIGSTOP, a VM stall)
+        cannot append that batch after it was deposed (:class:`dblog.spi.FencedOutput`)."""
+        self._fence = may_write
 
     @classmethod
     def from_config(cls, raw: dict[str, Any]) -> JsonlOutput:
@@ -141,8 +126,8 @@ class JsonlOutput:
 
     def write(self, events: Sequence[ChangeEvent]) -> None:
         handle = self._require()
-        data = b"".join(self._lines(events))
-        if self.fence is not None and not self.fence():
+        data = self.format.encode_lines(events)
+        if self._fence is not None and not self._fence():
             raise LeadershipLost(f"leadership lost: {len(events)} event(s) not written to "
                                  f"{self.config.path}")
         try:
@@ -151,36 +136,6 @@ class JsonlOutput:
             raise FatalOutputError(f"writing {self.config.path} failed: {exc}") from exc
         if events:
             self._written = events[-1].seq
-
-    def _lines(self, events: Sequence[ChangeEvent]) -> list[bytes]:
-        """``native_line`` of each event. Dump rows (the bulk of a dump) take a shortcut:
-        consecutive ones are encoded in one call, a pre-encoded row embedded as is (same fields
-        as ``native``; the JSON field order differs)."""
-        lines: list[bytes] = []
-        append, line, read = lines.append, native_line, Op.READ
-        reads: list[_ReadLine] = []
-        for e in events:
-            after = e.after
-            encoded = type(after) is EncodedRow
-            if e.op is not read or not (encoded or type(after) is dict) or e.key is None \
-                    or e.table is None or e.txid is not None or e.before is not None \
-                    or e.old_key is not None or e.unchanged or e.commit_ts is not None:
-                if reads:
-                    append(_ENCODER.encode_lines(reads))
-                    reads = []
-                append(line(e))
-                continue
-            table, position = e.table, e.position
-            if position is not self._read_position:
-                self._read_position = position
-                self._read_pos = None if position is None else str(position)
-            reads.append(_ReadLine(seq=e.seq, op="read", schema=table.schema, table=table.name,
-                                   pos=self._read_pos, dump_id=e.dump_id, key=e.key,
-                                   after=msgspec.Raw(after.json)
-                                   if isinstance(after, EncodedRow) else after))
-        if reads:
-            append(_ENCODER.encode_lines(reads))
-        return lines
 
     def flush(self) -> int:
         handle = self._require()

@@ -24,10 +24,10 @@ import psycopg
 from dblog import EngineSettings, Pipeline
 from dblog.connectors.postgres import PostgresConnector
 from dblog.connectors.postgres.chunks import PostgresChunkReader
+from dblog.connectors.postgres.positions import Lsn
+from dblog.core.model import EncodedRow, TableId
 from dblog.harness.postgres import start_postgres
-from dblog.model import EncodedRow, TableId
 from dblog.outputs.jsonl import JsonlOutput
-from dblog.positions import Lsn
 from dblog.testing import replay
 
 SCHEMA = """

@@ -9,9 +9,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from dblog.connectors.mysql.positions import BinlogPosition
+from dblog.core.model import TableId
+from dblog.core.positions import Position
 from dblog.errors import DblogError, FatalSourceError
-from dblog.model import TableId
-from dblog.positions import BinlogPosition, Position
 
 from . import catalog, setup
 from .binlog import MysqlLogReader

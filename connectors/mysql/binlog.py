@@ -36,9 +36,10 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from dblog.connectors.mysql.positions import BinlogPosition, MariadbGtid, MysqlGtidSet
+from dblog.core.model import ChangeEvent, LogItem, Op
+from dblog.core.positions import Position
 from dblog.errors import RetryableSourceError
-from dblog.model import ChangeEvent, LogItem, Op
-from dblog.positions import BinlogPosition, MariadbGtid, MysqlGtidSet, Position
 
 from .db import Endpoint
 from .decoder import BinlogDecoder, parse_ddl

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from dblog.core.model import ColumnInfo, TableId, TableInfo
 from dblog.errors import DumpRequestError
-from dblog.model import ColumnInfo, TableId, TableInfo
 
 from .db import query
 

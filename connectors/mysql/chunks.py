@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dblog import dumps as dumpops
+from dblog.core import dumps as dumpops
+from dblog.core.model import EncodedRow, Key, Row, TableId, TableInfo
 from dblog.errors import DumpRequestError, FatalSourceError
-from dblog.model import EncodedRow, Key, Row, TableId, TableInfo
 from dblog.spi import Chunk
 
 from . import catalog

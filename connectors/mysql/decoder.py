@@ -15,8 +15,8 @@ from typing import Any
 
 from pymysqlreplication.constants import NONE_SOURCE
 
-from dblog.model import ChangeEvent, Key, LogItem, Op, Row, TableId, Watermark
-from dblog.positions import Position
+from dblog.core.model import ChangeEvent, Key, LogItem, Op, Row, TableId, Watermark
+from dblog.core.positions import Position
 
 from . import catalog
 from .collation import key_converter

@@ -25,7 +25,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from dblog.positions import BinlogPosition, MariadbGtid, MysqlGtidSet, Position
+from dblog.connectors.mysql.positions import BinlogPosition, MariadbGtid, MysqlGtidSet
+from dblog.core.positions import Position
 
 from .types import Converter, to_text
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dblog.core.model import TableId
 from dblog.errors import FatalSourceError
-from dblog.model import TableId
 
 from .db import DriverError, query, quote
 from .errors import classify

@@ -11,9 +11,9 @@ from typing import Any
 import psycopg
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from dblog.core.model import TableId
+from dblog.core.positions import Position
 from dblog.errors import DblogError, FatalSourceError
-from dblog.model import TableId
-from dblog.positions import Position
 
 from . import catalog, setup
 from .chunks import PostgresChunkReader, PostgresWatermarkWriter, connect

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import psycopg
 
+from dblog.core.model import ColumnInfo, TableId, TableInfo
 from dblog.errors import DumpRequestError
-from dblog.model import ColumnInfo, TableId, TableInfo
 
 from .errors import classify
 

@@ -9,9 +9,9 @@ import msgspec
 import psycopg
 from psycopg import sql
 
-from dblog import dumps as dumpops
+from dblog.core import dumps as dumpops
+from dblog.core.model import EncodedRow, Key, RowImage, TableId, TableInfo
 from dblog.errors import DumpRequestError, FatalSourceError
-from dblog.model import EncodedRow, Key, RowImage, TableId, TableInfo
 from dblog.spi import Chunk
 
 from . import catalog

@@ -15,10 +15,11 @@ from collections.abc import Callable
 import psycopg
 from psycopg import pq
 
+from dblog.connectors.postgres.positions import Lsn
+from dblog.core.model import LogItem
+from dblog.core.positions import Position
 from dblog.errors import RetryableSourceError
-from dblog.model import LogItem
-from dblog.positions import Lsn, Position
-from dblog.wakeup import Wakeup
+from dblog.runtime.wakeup import Wakeup
 
 from .errors import classify
 from .wal2json import WAL2JSON_OPTIONS, Wal2JsonDecoder

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from dblog.connectors.postgres.positions import Lsn
+from dblog.core.model import TableId
+from dblog.core.positions import Position
 from dblog.errors import FatalSourceError
-from dblog.model import TableId
-from dblog.positions import Lsn, Position
 
 from .errors import classify
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import msgspec
 
+from dblog.connectors.postgres.positions import Lsn
+from dblog.core.model import ChangeEvent, Key, LogItem, Op, Row, TableId, Watermark
 from dblog.errors import FatalSourceError
-from dblog.model import ChangeEvent, Key, LogItem, Op, Row, TableId, Watermark
-from dblog.positions import Lsn
 
 from .types import FLOAT_TYPES, Converter, base_type, converter_for
 

@@ -17,7 +17,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from dblog.dumps import new_dump_id
+from dblog.core.dumps import new_dump_id
 from dblog.errors import DumpRequestError
 from dblog.ha.zk import ZkPaths, classified
 

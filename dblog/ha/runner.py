@@ -19,13 +19,13 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from dblog.clock import SystemClock
-from dblog.config import PipelineConfig
+from dblog.app.config import PipelineConfig
+from dblog.app.pipeline import Pipeline
 from dblog.errors import DblogError, FencedError, RetryableStateError
 from dblog.ha import requests
 from dblog.ha.election import ZooKeeperElection
 from dblog.ha.zk import ZkPaths, ZooKeeperStateStore, connect
-from dblog.pipeline import Pipeline
+from dblog.runtime.clock import SystemClock
 from dblog.spi import Clock
 
 log = logging.getLogger("dblog.ha")

@@ -7,7 +7,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from dblog.config import PipelineConfig
+from dblog.app.config import PipelineConfig
 from dblog.ha import requests
 from dblog.ha.election import read_leader
 from dblog.ha.zk import ZkPaths, ZooKeeperStateStore, classified, connect

@@ -14,10 +14,10 @@ from typing import Any
 import orjson
 import pytest
 
-from dblog.formats import native
-from dblog.model import ChangeEvent, Op, TableId
+from dblog.connectors.postgres.positions import Lsn
+from dblog.core.model import ChangeEvent, Op, TableId
+from dblog.formats.native import native_document as native
 from dblog.outputs.jsonl import JsonlOutput
-from dblog.positions import Lsn
 from dblog.spi import Output
 from dblog.testing import ListOutput
 

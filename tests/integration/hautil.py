@@ -13,10 +13,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from dblog.acks import PipelineState
+from dblog.connectors.postgres.positions import Lsn
+from dblog.core.acks import PipelineState
 from dblog.ha.election import read_leader
 from dblog.ha.zk import ZkPaths, ZooKeeperStateStore, connect
-from dblog.positions import Lsn
 from dblog.state import state_from_json
 
 from .pgutil import (
@@ -78,13 +78,13 @@ class Cluster:
         name = f"n{self.count}"
         with open(self.tmp / f"{name}.log", "ab") as log:
             self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "dblog.cli", "run", "--config", str(self.config)],
+                [sys.executable, "-m", "dblog", "run", "--config", str(self.config)],
                 stdout=log, stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1", "DBLOG_INSTANCE": name})
         return name
 
     def cli(self, *args: str) -> dict[str, Any]:
-        done = subprocess.run([sys.executable, "-m", "dblog.cli", *args, "--config",
+        done = subprocess.run([sys.executable, "-m", "dblog", *args, "--config",
                                str(self.config)], capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         result: dict[str, Any] = json.loads(done.stdout)

@@ -11,8 +11,8 @@ import orjson
 import psycopg
 
 from dblog.connectors.postgres.chunks import PostgresChunkReader
-from dblog.model import EncodedRow, TableId
-from dblog.positions import Lsn
+from dblog.connectors.postgres.positions import Lsn
+from dblog.core.model import EncodedRow, TableId
 from dblog.testing import replay
 
 

@@ -11,8 +11,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from dblog.model import EncodedRow, TableId
-from dblog.positions import Lsn, MariadbGtid, Position
+from dblog.connectors.mysql.positions import MariadbGtid
+from dblog.connectors.postgres.positions import Lsn
+from dblog.core.model import EncodedRow, TableId
+from dblog.core.positions import Position
 
 from .workload import Writers, create_schema, maria_connect
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from dblog.dumps import ChunkPlan
+from dblog.app.pipeline import Pipeline
+from dblog.core.dumps import ChunkPlan
 from dblog.engine import EngineSettings, PhaseHooks
 from dblog.outputs.jsonl import JsonlOutput
-from dblog.pipeline import Pipeline
 
 from .pgutil import (
     check_commit_order,

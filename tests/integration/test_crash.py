@@ -50,7 +50,8 @@ initial_dumps:
 
 def _start(config: Path, log: Path) -> subprocess.Popen[bytes]:
     with open(log, "ab") as handle:
-        return subprocess.Popen([sys.executable, "-m", "dblog.cli", "run", "--config", str(config)],
+        return subprocess.Popen([sys.executable, "-m", "dblog", "run", "--config",
+                                 str(config)],
                                 stdout=handle, stderr=subprocess.STDOUT,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from dblog.acks import PipelineState
+from dblog.core.acks import PipelineState
 from dblog.harness.postgres import HarnessError
 from dblog.harness.zookeeper import ZooKeeperServer, start_zookeeper
 from tests.conftest import unavailable

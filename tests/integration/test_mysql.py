@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from dblog.dumps import ChunkPlan
+from dblog.app.pipeline import Pipeline
+from dblog.core.dumps import ChunkPlan
+from dblog.core.model import TableId
 from dblog.engine import EngineSettings, PhaseHooks
-from dblog.model import TableId
 from dblog.outputs.jsonl import JsonlOutput
-from dblog.pipeline import Pipeline
 
 from .pgutil import check_commit_order, check_no_time_travel, read_events, replayed, wait_until
 from .sources import Kit

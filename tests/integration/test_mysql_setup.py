@@ -86,9 +86,9 @@ def test_a_server_id_clash_is_refused(maria: Kit, tmp_path: Path) -> None:
     assert "is the server's own server_id" in error.message and "server_id" in (error.fix or "")
     # a running pipeline registers as a replica with its server id; another pipeline with
     # the same id is refused, the same pipeline restarting is not
+    from dblog.app.pipeline import Pipeline
     from dblog.engine import EngineSettings
     from dblog.outputs.jsonl import JsonlOutput
-    from dblog.pipeline import Pipeline
 
     first = Pipeline(_connector(maria.dsn, 4343, "first"), [JsonlOutput(
         {"path": str(tmp_path / "out.jsonl")})], state_path=str(tmp_path / "s.json"),

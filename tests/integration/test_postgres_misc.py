@@ -10,13 +10,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from dblog.app.pipeline import Pipeline
 from dblog.connectors.postgres import PostgresConnector
+from dblog.connectors.postgres.positions import Lsn
 from dblog.engine import EngineSettings
 from dblog.errors import ConfigError, DumpRequestError, FatalSourceError
 from dblog.harness.postgres import start_postgres
 from dblog.outputs.jsonl import JsonlOutput
-from dblog.pipeline import Pipeline
-from dblog.positions import Lsn
 
 from .pgutil import read_events, replayed, source_rows, wait_until
 
@@ -138,7 +138,7 @@ def test_wal_level_not_logical_is_explained(tmp_path: Path) -> None:
 
 
 def test_unknown_config_key_names_the_key(tmp_path: Path) -> None:
-    from dblog.config import load_config
+    from dblog.app.config import load_config
 
     config = tmp_path / "c.yaml"
     config.write_text("source: {type: postgres, dsn: x}\noutputs: [{type: jsonl}]\n"
@@ -146,11 +146,11 @@ def test_unknown_config_key_names_the_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError,
                        match=r"engine.chunk_sise: unknown key \(did you mean chunk_size"):
         load_config(config)
-    run = subprocess.run([sys.executable, "-m", "dblog.cli", "run", "--config", str(config)],
+    run = subprocess.run([sys.executable, "-m", "dblog", "run", "--config", str(config)],
                          capture_output=True, text=True, check=False)
     assert run.returncode == 2 and "chunk_sise: unknown key" in run.stderr
     config.write_text("source: {type: postgres, dsn: x, slots: a}\noutputs: [{type: jsonl}]\n")
-    run = subprocess.run([sys.executable, "-m", "dblog.cli", "check", "--config", str(config)],
+    run = subprocess.run([sys.executable, "-m", "dblog", "check", "--config", str(config)],
                          capture_output=True, text=True, check=False)
     assert run.returncode == 2 and "source: slots: unknown key (did you mean slot?)" in run.stderr
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from dblog.app.pipeline import Pipeline
 from dblog.connectors.postgres import PostgresConnector
+from dblog.connectors.postgres.positions import Lsn
 from dblog.engine import EngineSettings
 from dblog.harness.postgres import PostgresServer, start_postgres
 from dblog.outputs.jsonl import JsonlOutput
-from dblog.pipeline import Pipeline
-from dblog.positions import Lsn
 
 from .pgutil import (
     check_commit_order,

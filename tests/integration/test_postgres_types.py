@@ -7,10 +7,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from dblog.app.pipeline import Pipeline
 from dblog.connectors.postgres import PostgresConnector
 from dblog.engine import EngineSettings
 from dblog.outputs.jsonl import JsonlOutput
-from dblog.pipeline import Pipeline
 
 from .pgutil import read_events, wait_until
 

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from dblog.connectors.postgres import PostgresConnector
+from dblog.core.model import EncodedRow, RowImage, TableId
 from dblog.errors import DumpRequestError
-from dblog.model import EncodedRow, RowImage, TableId
 
 pytestmark = pytest.mark.integration
 

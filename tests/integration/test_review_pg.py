@@ -12,13 +12,13 @@ from typing import Any
 import psycopg
 import pytest
 
+from dblog.app.pipeline import Pipeline
 from dblog.connectors.postgres import PostgresConnector
 from dblog.connectors.postgres.chunks import connect
+from dblog.core.model import ChangeEvent, LogItem, Op
 from dblog.engine import EngineSettings
 from dblog.errors import DblogError, FatalSourceError
-from dblog.model import ChangeEvent, LogItem, Op
 from dblog.outputs.jsonl import JsonlOutput
-from dblog.pipeline import Pipeline
 
 from .pgutil import read_events, wait_until
 

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from dblog.clock import SystemClock
 from dblog.errors import DumpRequestError, FencedError
 from dblog.ha import requests
 from dblog.ha.election import ZooKeeperElection, read_leader
@@ -20,6 +19,7 @@ from dblog.ha.lease import LeaseState
 from dblog.ha.zk import ZkPaths, ZooKeeperStateStore, connect
 from dblog.harness.postgres import HarnessError, free_port
 from dblog.harness.zookeeper import ZooKeeperServer, start_zookeeper
+from dblog.runtime.clock import SystemClock
 from tests.conftest import unavailable
 
 from .pgutil import wait_until

@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dblog.core.model import ChangeEvent, LogItem, Op, TableId, Watermark
+from dblog.core.positions import Position
 from dblog.engine import Engine, EngineSettings, PhaseHooks
-from dblog.model import ChangeEvent, LogItem, Op, TableId, Watermark
-from dblog.positions import Position
 from dblog.spi import LeaderElection, Output, StateStore
 from dblog.testing import (
     FakeClock,

@@ -1,4 +1,4 @@
-"""Unit tests of acknowledgement logic (dblog.acks) and the state document (dblog.state)."""
+"""Unit tests of acknowledgement logic (dblog.core.acks) and the state document (dblog.state)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,24 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dblog.acks import (
+from dblog.connectors.postgres.positions import Lsn
+from dblog.core.acks import (
     CommitPoint,
     PipelineState,
     apply_points,
     min_acknowledged,
     split_acknowledged,
 )
-from dblog.dumps import DumpQueue, DumpState, complete_chunk, next_chunk, set_state, start_table
-from dblog.dumps import tables_dump as new_dump
-from dblog.model import TableId
-from dblog.positions import Lsn
+from dblog.core.dumps import (
+    DumpQueue,
+    DumpState,
+    complete_chunk,
+    next_chunk,
+    set_state,
+    start_table,
+)
+from dblog.core.dumps import tables_dump as new_dump
+from dblog.core.model import TableId
 from dblog.state import state_from_json, state_to_json
 
 T = TableId("public", "t")

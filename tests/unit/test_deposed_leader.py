@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from dblog.acks import PipelineState
-from dblog.delivery import Delivery
+from dblog.core.acks import PipelineState
+from dblog.core.model import ChangeEvent, Op, TableId
+from dblog.engine.delivery import Delivery
 from dblog.errors import LeadershipLost
-from dblog.model import ChangeEvent, Op, TableId
 from dblog.outputs.jsonl import JsonlOutput
 from dblog.testing import FakeClock, MemoryStateStore
 

@@ -1,4 +1,4 @@
-"""Unit tests of dump planning and progress (dblog.dumps)."""
+"""Unit tests of dump planning and progress (dblog.core.dumps)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dblog.dumps import (
+from dblog.core.dumps import (
     ChunkPlan,
     Dump,
     DumpQueue,
@@ -24,7 +24,7 @@ from dblog.dumps import (
     start_table,
     tables_dump,
 )
-from dblog.model import TableId
+from dblog.core.model import TableId
 
 A = TableId("public", "a")
 B = TableId("shop", "b")
@@ -320,7 +320,7 @@ def test_dump_from_json_rejects_an_unknown_state() -> None:
 
 
 def test_finished_dumps_beyond_the_retention_are_forgotten() -> None:
-    from dblog.dumps import KEEP_FINISHED, DumpQueue
+    from dblog.core.dumps import KEEP_FINISHED, DumpQueue
 
     queue = DumpQueue()
     for i in range(KEEP_FINISHED + 5):

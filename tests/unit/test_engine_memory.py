@@ -29,18 +29,18 @@ from engine_script import (
     source_rows,
 )
 
-from dblog.chunkjobs import READ_AHEAD_DEPTH
-from dblog.dumps import ChunkPlan, Dump, DumpState
+from dblog.connectors.postgres.positions import Lsn
+from dblog.core.dumps import ChunkPlan, Dump, DumpState
+from dblog.core.model import ChangeEvent, Op, TableId, Watermark
 from dblog.engine import Engine, EngineSettings, PhaseHooks
+from dblog.engine.jobs import READ_AHEAD_DEPTH
 from dblog.errors import (
     DumpRequestError,
     FatalOutputError,
     FatalSourceError,
     RetryableOutputError,
 )
-from dblog.model import ChangeEvent, Op, TableId, Watermark
 from dblog.outputs.jsonl import JsonlOutput
-from dblog.positions import Lsn
 from dblog.state import FileStateStore, state_from_json
 from dblog.testing import (
     ListOutput,

@@ -6,9 +6,10 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dblog.formats import native, native_line
-from dblog.model import ChangeEvent, EncodedRow, Op, TableId
-from dblog.positions import Lsn
+from dblog.connectors.postgres.positions import Lsn
+from dblog.core.model import ChangeEvent, EncodedRow, Op, TableId
+from dblog.formats.native import NativeFormat
+from dblog.formats.native import native_document as native
 
 values = st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1), st.text(max_size=20),
                    st.booleans(), st.floats(allow_nan=False, allow_infinity=False))
@@ -40,14 +41,15 @@ def events(draw: st.DrawFn) -> ChangeEvent:
 @settings(max_examples=400)
 @given(events())
 def test_native_line_equals_the_reference_encoding(event: ChangeEvent) -> None:
-    assert native_line(event) == orjson.dumps(native(event), option=orjson.OPT_APPEND_NEWLINE)
+    expected = orjson.dumps(native(event), option=orjson.OPT_APPEND_NEWLINE)
+    assert NativeFormat().line(event) == expected
 
 
 def test_the_common_log_row_shape_takes_the_fast_path_and_matches() -> None:
     event = ChangeEvent(Op.UPDATE, TableId("public", 'we"ird'), (7,), None,
                         {"id": 7, "note": "a\nb", "amount": "1.50"}, Lsn((0x16 << 32) | 0xB3),
                         726, "2026-11-21 17:19:06.385371+00", seq=41)
-    line = native_line(event)
+    line = NativeFormat().line(event)
     assert line == orjson.dumps(native(event), option=orjson.OPT_APPEND_NEWLINE)
     assert orjson.loads(line)["pos"] == "16/B3"
 
@@ -66,11 +68,9 @@ def _dump_row(row: dict[str, object], as_bytes: bool, table: TableId, position: 
     st.one_of(st.none(), st.integers(0, 2**64 - 1).map(Lsn)), st.integers(0, 2**40),
     st.one_of(st.none(), st.just("d1")))), max_size=12))
 def test_jsonl_lines_decode_to_the_native_documents_in_order(batch: list[ChangeEvent]) -> None:
-    """The jsonl output's batch encoding (dump rows encoded together, their row embedded as
+    """The native format's batch encoding (dump rows encoded together, their row embedded as
     is) gives, line by line, the documents of the reference encoding."""
-    from dblog.outputs.jsonl import JsonlOutput
-
-    data = b"".join(JsonlOutput()._lines(batch))
+    data = NativeFormat().encode_lines(batch)
     assert data.count(b"\n") == len(batch) and (not batch or data.endswith(b"\n"))
     assert [orjson.loads(line) for line in data.splitlines()] == \
         [orjson.loads(orjson.dumps(native(e, decoded=True))) for e in batch]

@@ -9,6 +9,7 @@ from decimal import Decimal
 from dblog.connectors.mysql.collation import key_converter, normaliser
 from dblog.connectors.mysql.decoder import parse_ddl
 from dblog.connectors.mysql.flavor import detect, mysql_json_text
+from dblog.connectors.mysql.positions import BinlogPosition, MariadbGtid, MysqlGtidSet
 from dblog.connectors.mysql.setup import check_binlog
 from dblog.connectors.mysql.types import (
     dump_converter,
@@ -20,13 +21,8 @@ from dblog.connectors.mysql.types import (
     to_float32,
     to_time,
 )
-from dblog.model import Op, TableId
-from dblog.positions import (
-    BinlogPosition,
-    MariadbGtid,
-    MysqlGtidSet,
-    decode_position,
-)
+from dblog.core.model import Op, TableId
+from dblog.core.positions import decode_position
 
 
 def test_mariadb_gtid_positions_order_by_domain_and_round_trip() -> None:

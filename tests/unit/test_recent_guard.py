@@ -6,9 +6,9 @@ from __future__ import annotations
 import threading
 import time
 
+from dblog.core.model import TableId
+from dblog.core.recent import UNKNOWN, RecentTransactions
 from dblog.engine import Engine, EngineSettings
-from dblog.model import TableId
-from dblog.recent import UNKNOWN, RecentTransactions
 from dblog.spi import Chunk
 from dblog.testing import (
     ListOutput,

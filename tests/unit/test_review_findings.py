@@ -10,9 +10,9 @@ import pytest
 from engine_script import Run, assert_replay_equals_source, fast_settings
 
 from dblog.connectors.postgres.wal2json import Wal2JsonDecoder
+from dblog.core.model import ChangeEvent, Key, LogItem, Op, TableId, TableInfo
 from dblog.engine import Engine
 from dblog.errors import RetryableSourceError
-from dblog.model import ChangeEvent, Key, LogItem, Op, TableId, TableInfo
 from dblog.spi import Chunk
 from dblog.testing import (
     ListOutput,

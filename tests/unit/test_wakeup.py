@@ -1,4 +1,4 @@
-"""dblog.wakeup: the self-pipe that cuts a log reader's select short."""
+"""dblog.runtime.wakeup: the self-pipe that cuts a log reader's select short."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import select
 import threading
 import time
 
-from dblog.wakeup import Wakeup
+from dblog.runtime.wakeup import Wakeup
 
 
 def _readable(wake: Wakeup, timeout: float) -> bool:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dblog.model import ChangeEvent, Op, TableId
-from dblog.window import ChunkWindow, on_change, on_watermark, open_window, surviving_rows
+from dblog.core.model import ChangeEvent, Op, TableId
+from dblog.core.window import ChunkWindow, on_change, on_watermark, open_window, surviving_rows
 
 T = TableId("public", "t")
 OTHER = TableId("public", "other")

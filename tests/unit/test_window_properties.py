@@ -23,12 +23,12 @@ from engine_script import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dblog.dumps import ChunkPlan
+from dblog.core.dumps import ChunkPlan
+from dblog.core.model import ChangeEvent, Op, TableId, Watermark
+from dblog.core.window import on_change, on_watermark, open_window, surviving_rows
 from dblog.engine import PhaseHooks
-from dblog.model import ChangeEvent, Op, TableId, Watermark
 from dblog.state import state_from_json
 from dblog.testing import ListOutput, MemoryChunkReader, MemoryDatabase, MemoryStateStore, replay
-from dblog.window import on_change, on_watermark, open_window, surviving_rows
 
 KEYS = 24
 

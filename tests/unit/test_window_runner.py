@@ -20,10 +20,10 @@ from engine_script import (
 )
 from test_engine_memory import committed, make_db, reads, truncate_before_high
 
-from dblog.dumps import ChunkPlan, DumpState
+from dblog.core.dumps import ChunkPlan, DumpState
+from dblog.core.model import Op
 from dblog.engine import PhaseHooks
 from dblog.errors import RetryableSourceError
-from dblog.model import Op
 from dblog.spi import Chunk
 from dblog.testing import (
     ListOutput,

@@ -1,94 +1,16 @@
-"""Typed, ordered source positions.
-
-A position is where the log reader can resume: everything up to and including it has been
-handed out. Positions of one source kind are totally ordered; they serialise to a string
-with a kind prefix so the state store can hold any of them.
-"""
+"""MySQL and MariaDB positions: MariaDB GTID, MySQL GTID set, binlog file and offset."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import ClassVar
 
-from dblog.errors import StateError
-
-
-@runtime_checkable
-class Position(Protocol):
-    """Positions of one kind are ordered (``<``); the order across kinds is undefined."""
-
-    kind: ClassVar[str]
-
-    def encode(self) -> str:
-        """The stable string form, ``decode_position`` reverses it."""
-        ...
-
-
-class Lsn(int):
-    """A PostgreSQL log sequence number: an immutable, ordered integer (one is made per log
-    event, so it is an ``int`` subclass rather than a dataclass)."""
-
-    __slots__ = ()
-    kind: ClassVar[str] = "lsn"
-
-    @property
-    def value(self) -> int:
-        return int(self)
-
-    def __repr__(self) -> str:
-        return f"Lsn({self})"
-
-    @classmethod
-    def parse(cls, text: str) -> Lsn:
-        """Parse ``'16/B374D848'``."""
-        high, _, low = text.partition("/")
-        if not low:
-            raise ValueError(f"not an LSN: {text!r}")
-        return cls((int(high, 16) << 32) | int(low, 16))
-
-    def __str__(self) -> str:
-        value = int(self)
-        return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
-
-    def encode(self) -> str:
-        return f"lsn:{self}"
-
-
-class _Ordered:
-    """Comparison through ``_cmp`` (-1, 0, 1, or None when incomparable)."""
-
-    __slots__ = ()
-
-    def _cmp(self, other: object) -> int | None:
-        raise NotImplementedError
-
-    def __lt__(self, other: object) -> bool:
-        return self._cmp(other) == -1
-
-    def __le__(self, other: object) -> bool:
-        return self._cmp(other) in (-1, 0)
-
-    def __gt__(self, other: object) -> bool:
-        return self._cmp(other) == 1
-
-    def __ge__(self, other: object) -> bool:
-        return self._cmp(other) in (1, 0)
-
-
-def _compare_maps(mine: dict[Any, int], theirs: dict[Any, int]) -> int | None:
-    """Pointwise order of two counters (missing entries count as 0); None when they cross."""
-    below = above = False
-    for name in mine.keys() | theirs.keys():
-        a, b = mine.get(name, 0), theirs.get(name, 0)
-        below, above = below or a < b, above or a > b
-    if below and above:
-        return None
-    return -1 if below else 1 if above else 0
+from dblog.core.positions import Ordered, compare_maps, register_position
 
 
 @dataclass(frozen=True, slots=True, eq=True)
-class MariadbGtid(_Ordered):
+class MariadbGtid(Ordered):
     """A MariaDB GTID position (``gtid_binlog_pos`` form): the last GTID of each replication
     domain, ``domain-server-seq`` joined by commas. Under gtid_strict_mode sequence numbers grow
     per domain, so positions are ordered domain by domain (crossing positions compare false)."""
@@ -112,7 +34,7 @@ class MariadbGtid(_Ordered):
     def _cmp(self, other: object) -> int | None:
         if not isinstance(other, MariadbGtid):
             return None
-        return _compare_maps({d: q for d, _, q in self.domains},
+        return compare_maps({d: q for d, _, q in self.domains},
                              {d: q for d, _, q in other.domains})
 
     def __str__(self) -> str:
@@ -123,7 +45,7 @@ class MariadbGtid(_Ordered):
 
 
 @dataclass(frozen=True, slots=True, eq=True)
-class MysqlGtidSet(_Ordered):
+class MysqlGtidSet(Ordered):
     """A MySQL GTID set (``uuid:1-5:7-9,...``); ordered by inclusion (crossing sets compare
     false). Intervals are inclusive and kept merged."""
 
@@ -181,7 +103,7 @@ def _contains(big: MysqlGtidSet, small: MysqlGtidSet) -> bool:
 
 
 @dataclass(frozen=True, slots=True, eq=True)
-class BinlogPosition(_Ordered):
+class BinlogPosition(Ordered):
     """A binlog file and byte offset (servers without GTIDs); ordered by the file's numeric
     suffix, then the offset."""
 
@@ -213,20 +135,5 @@ class BinlogPosition(_Ordered):
         return f"{self.kind}:{self}"
 
 
-_DECODERS: dict[str, Callable[[str], Position]] = {
-    "lsn": Lsn.parse,
-    MariadbGtid.kind: MariadbGtid.parse,
-    MysqlGtidSet.kind: MysqlGtidSet.parse,
-    BinlogPosition.kind: BinlogPosition.parse,
-}
-
-
-def decode_position(text: str | None) -> Position | None:
-    """Reverse :meth:`Position.encode`; ``None`` stays ``None``."""
-    if text is None:
-        return None
-    kind, _, body = text.partition(":")
-    try:
-        return _DECODERS[kind](body)
-    except (KeyError, ValueError) as exc:
-        raise StateError(f"cannot decode stored position {text!r}: {exc}") from exc
+for _kind in (MariadbGtid, MysqlGtidSet, BinlogPosition):
+    register_position(_kind.kind, _kind.parse)

@@ -7,8 +7,8 @@ emits the surviving chunk rows when the high watermark arrives. Outputs are flus
 committed at least every ``flush_interval_s``.
 
 The engine is one class in three modules: the loop and log items here, the dump side (chunk
-jobs, read-ahead, opening windows) in :mod:`dblog.engine_chunks`, and control calls and
-commands in :mod:`dblog.engine_control`.
+jobs, read-ahead, opening windows) in :mod:`dblog.engine.scheduler`, and control calls and
+commands in :mod:`dblog.engine.control`.
 """
 
 from __future__ import annotations
@@ -23,23 +23,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dblog import dumps as dumpops
-from dblog.acks import PipelineState
-from dblog.chunkjobs import (
+from dblog.core import dumps as dumpops
+from dblog.core.acks import PipelineState
+from dblog.core.dumps import Dump, DumpState
+from dblog.core.model import TABLE_OPS, ChangeEvent, LogItem, Op, TableId, TableInfo, Watermark
+from dblog.core.positions import Position
+from dblog.core.recent import RecentTransactions
+from dblog.core.window import (
+    on_change,
+    on_watermark,
+    surviving_rows,
+)
+from dblog.engine.control import EngineControl
+from dblog.engine.delivery import Delivery
+from dblog.engine.jobs import (
     ChunkJob,
     InlineRunner,
     Runner,
 )
-from dblog.clock import SingleNodeLeadership, SystemClock
-from dblog.delivery import Delivery
-from dblog.dumps import Dump, DumpState
-from dblog.engine_chunks import Knobs, OpenChunk, waiting_table
-from dblog.engine_control import EngineControl
+from dblog.engine.scheduler import Knobs, OpenChunk, waiting_table
+from dblog.engine.settings import EngineSettings, PhaseHooks
 from dblog.errors import FatalSourceError, LeadershipLost
-from dblog.model import TABLE_OPS, ChangeEvent, LogItem, Op, TableId, TableInfo, Watermark
-from dblog.positions import Position
-from dblog.recent import RecentTransactions
-from dblog.settings import EngineSettings, PhaseHooks
+from dblog.runtime.clock import SingleNodeLeadership, SystemClock
 from dblog.spi import (
     Clock,
     LeaderElection,
@@ -49,11 +54,6 @@ from dblog.spi import (
     WakeableLogReader,
 )
 from dblog.state import state_from_json
-from dblog.window import (
-    on_change,
-    on_watermark,
-    surviving_rows,
-)
 
 __all__ = ["Engine", "EngineSettings", "PhaseHooks"]
 

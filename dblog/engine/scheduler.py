@@ -16,9 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
-from dblog import dumps as dumpops
-from dblog.acks import with_dump_state
-from dblog.chunkjobs import (
+from dblog.core import dumps as dumpops
+from dblog.core.acks import with_dump_state
+from dblog.core.dumps import ChunkPlan, Dump, DumpState
+from dblog.core.model import TableId, TableInfo
+from dblog.core.recent import RecentTransactions
+from dblog.core.window import ChunkWindow, guard_forwarded, open_window
+from dblog.engine.delivery import Delivery
+from dblog.engine.jobs import (
     READ_AHEAD_DEPTH,
     ChunkJob,
     JobSpec,
@@ -27,14 +32,9 @@ from dblog.chunkjobs import (
     WindowRunner,
     following,
 )
-from dblog.delivery import Delivery
-from dblog.dumps import ChunkPlan, Dump, DumpState
+from dblog.engine.settings import EngineSettings, PhaseHooks
 from dblog.errors import DumpRequestError
-from dblog.model import TableId, TableInfo
-from dblog.recent import RecentTransactions
-from dblog.settings import EngineSettings, PhaseHooks
 from dblog.spi import Chunk, ChunkReader, Clock, WatermarkWriter, WindowChunkReader
-from dblog.window import ChunkWindow, guard_forwarded, open_window
 
 log = logging.getLogger("dblog.engine")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from dblog.dumps import Dump, DumpQueue, DumpState
-from dblog.positions import Position
+from dblog.core.dumps import Dump, DumpQueue, DumpState
+from dblog.core.positions import Position
 
 
 @dataclass(frozen=True, slots=True)

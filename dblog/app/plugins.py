@@ -6,7 +6,7 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 from typing import Any
 
-from dblog.config import validate
+from dblog.app.config import validate
 from dblog.errors import ConfigError
 
 _BUILTIN = {

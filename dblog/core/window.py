@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from dblog.model import ROW_OPS, TABLE_OPS, ChangeEvent, Key, Op, RowImage, TableId
+from dblog.core.model import ROW_OPS, TABLE_OPS, ChangeEvent, Key, Op, RowImage, TableId
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +75,7 @@ def guard_forwarded(
     logged_txids: frozenset[int] | None = None,
 ) -> ChunkWindow:
     """Drop rows that in-progress-but-already-forwarded transactions touched (``keys_of`` from
-    :class:`dblog.recent.RecentTransactions`); a partial forwarded image puts its key up for a
+    :class:`dblog.core.recent.RecentTransactions`); a partial forwarded image puts its key up for a
     re-read; a transaction the index cannot describe, or one whose commit is logged but that
     the index never saw (forwarded before a restart), discards the chunk."""
     schema, name = window.table.schema, window.table.name

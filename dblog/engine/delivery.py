@@ -7,21 +7,21 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TypeVar
 
-from dblog.acks import (
+from dblog.core.acks import (
     CommitPoint,
     PipelineState,
     apply_points,
     min_acknowledged,
     split_acknowledged,
 )
-from dblog.dumps import Dump
+from dblog.core.dumps import Dump
+from dblog.core.model import ChangeEvent
+from dblog.core.positions import Position
 from dblog.errors import DblogError, FatalOutputError, LeadershipLost
-from dblog.model import ChangeEvent
-from dblog.positions import Position
-from dblog.spi import Clock, Output, StateStore
+from dblog.spi import Clock, DiscardingOutput, FencedOutput, Output, StateStore
 from dblog.state import state_to_json
 
-log = logging.getLogger("dblog.delivery")
+log = logging.getLogger("dblog.engine.delivery")
 T = TypeVar("T")
 
 
@@ -42,8 +42,8 @@ class Delivery:
             raise FatalOutputError("a pipeline needs at least one output")
         self.outputs = list(outputs)
         for output in self.outputs:
-            if hasattr(output, "fence"):  # outputs that check leadership right before writing
-                output.fence = self._may_write
+            if isinstance(output, FencedOutput):  # checks leadership right before writing
+                output.set_fence(self._may_write)
         self.store = store
         self.clock = clock
         self.epoch = epoch
@@ -140,9 +140,8 @@ class Delivery:
         leader = self.is_leader()
         for output in self.outputs:
             try:
-                discard = getattr(output, "discard", None)
-                if not leader and discard is not None:
-                    discard()  # a deposed leader must not write out what it still buffers
+                if not leader and isinstance(output, DiscardingOutput):
+                    output.discard()  # a deposed leader must not write out what it buffers
                 else:
                     output.close()
             except Exception:  # closing is best effort; what was acknowledged is committed

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from dblog.positions import Position
+from dblog.core.positions import Position
 
 Key = tuple[Any, ...]
 """A primary key in canonical form: one normalised value per key column, in key order."""

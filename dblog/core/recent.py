@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from typing import Literal
 
-from dblog.model import Key, TableId
+from dblog.core.model import Key, TableId
 
 UNKNOWN: Literal["unknown"] = "unknown"
 TableKey = tuple[str, str, Key, bool]

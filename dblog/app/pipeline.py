@@ -27,14 +27,14 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from dblog.config import PipelineConfig, load_config
-from dblog.dumps import DumpState
+from dblog.app.config import PipelineConfig, load_config
+from dblog.core.dumps import DumpState
 from dblog.engine import Engine, EngineSettings, PhaseHooks
 from dblog.errors import DblogError
 from dblog.spi import LeaderElection, Output, SourceConnector, StateStore
 from dblog.state import FileStateStore
 
-log = logging.getLogger("dblog.pipeline")
+log = logging.getLogger("dblog.app.pipeline")
 
 
 class Pipeline:
@@ -63,7 +63,7 @@ class Pipeline:
     def from_config(cls, config: PipelineConfig | str, *, state: StateStore | None = None,
                     election: LeaderElection | None = None,
                     max_restarts: int = 20) -> Pipeline:
-        from dblog.plugins import build_connector, build_output
+        from dblog.app.plugins import build_connector, build_output
 
         cfg = load_config(config) if isinstance(config, str) else config
         source = build_connector(cfg.source, cfg.name)

@@ -22,9 +22,9 @@ from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from typing import Protocol
 
-from dblog import dumps as dumpops
-from dblog.dumps import ChunkPlan
-from dblog.model import TableId, TableInfo
+from dblog.core import dumps as dumpops
+from dblog.core.dumps import ChunkPlan
+from dblog.core.model import TableId, TableInfo
 from dblog.spi import Chunk, PendingWindow, WindowChunkReader
 
 ReadChunk = tuple[ChunkPlan, Chunk]

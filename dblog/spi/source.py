@@ -1,9 +1,5 @@
-"""The contracts between the core and everything that touches a driver.
-
-The core (engine, window, dumps, acknowledgements) depends only on these protocols. Concrete
-implementations live in ``dblog.connectors.*`` (source side), ``dblog.outputs.*`` (sinks),
-``dblog.state`` (file store) and ``dblog.testing`` (in-memory doubles).
-"""
+"""The source side: a connector and the three roles it builds (log reader, chunk reader,
+watermark writer), with their optional abilities as checkable protocols."""
 
 from __future__ import annotations
 
@@ -11,8 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from dblog.model import ChangeEvent, Key, LogItem, RowImage, TableId, TableInfo
-from dblog.positions import Position
+from dblog.core.model import Key, LogItem, RowImage, TableId, TableInfo
+from dblog.core.positions import Position
+from dblog.spi.findings import Finding
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,12 +25,6 @@ class Chunk:
     logged_txids: frozenset[int] | None = None
     """Those pending transactions whose commit is already logged (committed, not yet visible);
     None when the source cannot tell."""
-
-
-class Clock(Protocol):
-    def monotonic(self) -> float: ...
-
-    def sleep(self, seconds: float) -> None: ...
 
 
 class LogReader(Protocol):
@@ -126,11 +117,17 @@ class WatermarkWriter(Protocol):
 
 
 class SourceConnector(Protocol):
-    """A source: builds the three roles above. ``prepare`` checks settings and creates objects."""
+    """A source: builds the three roles above. ``prepare`` checks settings and creates objects
+    (the watermark table, the slot); ``check`` only reports; ``close`` releases what the
+    connector itself holds (not the roles, which the engine closes)."""
 
     instance: str
 
     def prepare(self) -> None: ...
+
+    def check(self) -> list[Finding]:
+        """Assess the source (settings, rights, keys, plugins) and say the fix for each problem."""
+        ...
 
     def log_reader(self) -> LogReader: ...
 
@@ -138,52 +135,4 @@ class SourceConnector(Protocol):
 
     def watermark_writer(self) -> WatermarkWriter: ...
 
-
-@runtime_checkable
-class Output(Protocol):
-    """Receives events in stream order and acknowledges what is durable."""
-
-    name: str
-
-    def open(self, committed_seq: int) -> None:
-        """Start; ``committed_seq`` is the last sequence number in the committed state.
-
-        Outputs that can (files, transactional sinks) drop anything they hold beyond it, so a
-        restart replays exactly from the committed state.
-        """
-
-    def write(self, events: Sequence[ChangeEvent]) -> None:
-        """Accept a batch; may buffer. Raises OutputError on failure."""
-
-    def flush(self) -> int:
-        """Make everything written durable; return the highest durable sequence number."""
-        ...
-
     def close(self) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class StoredState:
-    version: int
-    data: dict[str, object]
-
-
-class StateStore(Protocol):
-    """Durable pipeline state with compare-and-set writes fenced by the leader epoch."""
-
-    def load(self) -> StoredState | None: ...
-
-    def save(self, data: dict[str, object], expected_version: int | None, epoch: int) -> int:
-        """Write if the stored version is ``expected_version`` (None: must not exist) and
-        ``epoch`` is not older than the stored epoch; return the new version or raise
-        FencedError."""
-        ...
-
-
-class LeaderElection(Protocol):
-    @property
-    def epoch(self) -> int: ...
-
-    def is_leader(self) -> bool:
-        """False as soon as leadership is in doubt; the engine stops emitting."""
-        ...

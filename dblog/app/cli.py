@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import Any, Protocol
 
-from dblog.config import PipelineConfig, load_config
+from dblog.app.config import PipelineConfig, load_config
 from dblog.errors import ConfigError, DblogError
 from dblog.state import FileStateStore, state_from_json
 
@@ -21,7 +21,7 @@ class _Stoppable(Protocol):
 
 
 def _run(config: PipelineConfig) -> int:
-    from dblog.pipeline import Pipeline
+    from dblog.app.pipeline import Pipeline
 
     if config.state.type == "zookeeper":
         from dblog.ha.runner import HaInstance
@@ -44,7 +44,7 @@ def _run_until_signal(runner: _Stoppable) -> int:
 
 
 def _check(config: PipelineConfig) -> int:
-    from dblog.plugins import build_connector
+    from dblog.app.plugins import build_connector
 
     connector = build_connector(config.source, config.name)
     findings = connector.check()

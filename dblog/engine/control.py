@@ -16,11 +16,11 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
 
-from dblog import dumps as dumpops
-from dblog.dumps import Dump, DumpState
-from dblog.engine_chunks import ChunkScheduling
+from dblog.core import dumps as dumpops
+from dblog.core.dumps import Dump, DumpState
+from dblog.core.model import TableId
+from dblog.engine.scheduler import ChunkScheduling
 from dblog.errors import DblogError, DumpRequestError
-from dblog.model import TableId
 from dblog.spi import WakeableLogReader
 
 log = logging.getLogger("dblog.engine")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dblog.dumps import ChunkPlan
+from dblog.core.dumps import ChunkPlan
 
 
 @dataclass(frozen=True)

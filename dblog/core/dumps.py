@@ -11,11 +11,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from dblog.core.model import Key, TableId, TableInfo
 from dblog.errors import DumpRequestError
-from dblog.model import Key, TableId, TableInfo
-from dblog.spi import ChunkReader
+
+if TYPE_CHECKING:  # the contract is only named in hints: the core imports no I/O layer
+    from dblog.spi import ChunkReader
 
 
 class DumpState(str, Enum):

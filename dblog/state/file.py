@@ -1,4 +1,4 @@
-"""State serialisation and the local-file state store.
+"""The local-file state store.
 
 The file store keeps one JSON document, replaced atomically (write a temporary file, fsync,
 rename, fsync the directory). Writes are compare-and-set on a version number and rejected when
@@ -14,39 +14,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from dblog.acks import PipelineState
-from dblog.dumps import DumpQueue, dump_from_json, dump_to_json
-from dblog.errors import FencedError, StateError
-from dblog.positions import decode_position
+from dblog.errors import StateError
 from dblog.spi import StoredState
-
-
-def check_fence(stored_version: int | None, stored_epoch: int, expected_version: int | None,
-                epoch: int, where: str) -> None:
-    """The compare-and-set rule of every state store: a write from an older leader epoch, or
-    against a version other than the stored one, is refused with FencedError."""
-    if epoch < stored_epoch:
-        raise FencedError(f"state write with epoch {epoch} rejected: epoch {stored_epoch} "
-                          f"owns {where}")
-    if stored_version != expected_version:
-        raise FencedError(f"state version is {stored_version}, expected {expected_version}: "
-                          f"another writer changed {where}")
-
-
-def state_to_json(state: PipelineState) -> dict[str, object]:
-    return {
-        "position": None if state.position is None else state.position.encode(),
-        "seq": state.seq,
-        "dumps": [dump_to_json(d) for d in state.dumps.dumps],
-    }
-
-
-def state_from_json(raw: dict[str, Any]) -> PipelineState:
-    return PipelineState(
-        position=decode_position(raw.get("position")),
-        seq=int(raw.get("seq", 0)),
-        dumps=DumpQueue(tuple(dump_from_json(d) for d in raw.get("dumps", []))),
-    )
+from dblog.state.codec import check_fence
 
 
 class FileStateStore:

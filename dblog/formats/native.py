@@ -1,0 +1,133 @@
+"""The native JSON format: every field of the event, ``None`` fields left out (the reference
+form; see docs/formats.md). :func:`native_document` builds it as a dict; :class:`NativeFormat`
+encodes the same documents to bytes faster, with caches private to each instance."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+import orjson
+
+from dblog.core.model import ChangeEvent, EncodedRow, Op, TableId, TableInfo
+from dblog.formats.base import TableLookup, no_tables
+
+
+def native_document(event: ChangeEvent, decoded: bool = False) -> dict[str, Any]:
+    """The native form as a dict. A pre-encoded after-image is embedded as an orjson fragment
+    unless ``decoded`` asks for plain values."""
+    out: dict[str, Any] = {"seq": event.seq, "op": event.op.value}
+    if event.table is not None:
+        out["schema"] = event.table.schema
+        out["table"] = event.table.name
+    if event.key is not None:
+        out["key"] = event.key
+    if event.old_key is not None:
+        out["old_key"] = event.old_key
+    if event.before is not None:
+        out["before"] = event.before
+    after = event.after
+    if after is not None:
+        if isinstance(after, EncodedRow):
+            out["after"] = after.decode() if decoded else orjson.Fragment(after.json)
+        else:
+            out["after"] = after
+    if event.unchanged:
+        out["unchanged"] = event.unchanged
+    if event.position is not None:
+        out["pos"] = str(event.position)
+    if event.txid is not None:
+        out["txid"] = event.txid
+    if event.commit_ts is not None:
+        out["ts"] = event.commit_ts
+    if event.dump_id is not None:
+        out["dump_id"] = event.dump_id
+    return out
+
+
+class _ReadLine(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
+    """The native form of a dump row: its after-image a row dict, or one the source encoded
+    already (embedded as ``Raw``)."""
+
+    seq: int
+    op: str
+    schema: str
+    table: str
+    pos: str | None = None
+    dump_id: str | None = None
+    key: Any
+    after: Any
+
+
+class NativeFormat:
+    """Encodes native documents. Two shapes that make up most of a stream take shortcuts that
+    give the same document: a log row event (key, a plain after-image, position, transaction
+    id and time) is formatted directly, and consecutive dump rows are encoded in one msgspec
+    call with a pre-encoded row embedded as is (the JSON field order differs)."""
+
+    name = "native"
+
+    def __init__(self) -> None:
+        self._heads: dict[tuple[Op, TableId], bytes] = {}
+        self._ts: tuple[Any, bytes] = (None, b"")
+        self._read_pos: tuple[Any, str | None] = (None, None)
+        self._encoder = msgspec.json.Encoder()
+
+    def encode(self, event: ChangeEvent, table: TableInfo | None = None) -> bytes:
+        return self.line(event)[:-1]
+
+    def line(self, event: ChangeEvent) -> bytes:
+        """``orjson.dumps(native_document(event))`` plus a newline, byte for byte."""
+        after, position, ts, table = event.after, event.position, event.commit_ts, event.table
+        if (type(after) is not dict or table is None or ts is None or event.txid is None
+                or event.key is None or position is None or event.before is not None
+                or event.old_key is not None or event.unchanged or event.dump_id is not None):
+            return orjson.dumps(native_document(event), option=orjson.OPT_APPEND_NEWLINE)
+        cached = self._ts
+        if ts is not cached[0]:  # one per transaction
+            cached = self._ts = (ts, orjson.dumps(ts))
+        return b'{"seq":%d,%b,"key":%b,"after":%b,"pos":%b,"txid":%d,"ts":%b}\n' % (
+            event.seq, self._head(event.op, table), orjson.dumps(event.key),
+            orjson.dumps(after), orjson.dumps(str(position)), event.txid, cached[1])
+
+    def _head(self, op: Op, table: TableId) -> bytes:
+        head = self._heads.get((op, table))
+        if head is None:
+            encoded = orjson.dumps({"op": op.value, "schema": table.schema, "table": table.name})
+            head = self._heads[(op, table)] = encoded[1:-1]
+        return head
+
+    def encode_lines(self, events: Sequence[ChangeEvent], tables: TableLookup = no_tables
+                     ) -> bytes:
+        lines: list[bytes] = []
+        append, line = lines.append, self.line
+        reads: list[_ReadLine] = []
+        for e in events:
+            read = self._read_line(e)
+            if read is None:
+                if reads:
+                    append(self._encoder.encode_lines(reads))
+                    reads = []
+                append(line(e))
+            else:
+                reads.append(read)
+        if reads:
+            append(self._encoder.encode_lines(reads))
+        return b"".join(lines)
+
+    def _read_line(self, e: ChangeEvent) -> _ReadLine | None:
+        """The dump-row shortcut for ``e``, or None when it has another shape."""
+        after, table = e.after, e.table
+        encoded = type(after) is EncodedRow
+        if e.op is not Op.READ or not (encoded or type(after) is dict) or e.key is None \
+                or table is None or e.txid is not None or e.before is not None \
+                or e.old_key is not None or e.unchanged or e.commit_ts is not None:
+            return None
+        position = e.position
+        if position is not self._read_pos[0]:  # the rows of a chunk share one position
+            self._read_pos = (position, None if position is None else str(position))
+        return _ReadLine(seq=e.seq, op="read", schema=table.schema, table=table.name,
+                         pos=self._read_pos[1], dump_id=e.dump_id, key=e.key,
+                         after=msgspec.Raw(after.json) if isinstance(after, EncodedRow)
+                         else after)

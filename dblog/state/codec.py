@@ -1,0 +1,38 @@
+"""The pipeline state as JSON, and the compare-and-set rule every state store applies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dblog.core.acks import PipelineState
+from dblog.core.dumps import DumpQueue, dump_from_json, dump_to_json
+from dblog.core.positions import decode_position
+from dblog.errors import FencedError
+
+
+def check_fence(stored_version: int | None, stored_epoch: int, expected_version: int | None,
+                epoch: int, where: str) -> None:
+    """The compare-and-set rule of every state store: a write from an older leader epoch, or
+    against a version other than the stored one, is refused with FencedError."""
+    if epoch < stored_epoch:
+        raise FencedError(f"state write with epoch {epoch} rejected: epoch {stored_epoch} "
+                          f"owns {where}")
+    if stored_version != expected_version:
+        raise FencedError(f"state version is {stored_version}, expected {expected_version}: "
+                          f"another writer changed {where}")
+
+
+def state_to_json(state: PipelineState) -> dict[str, object]:
+    return {
+        "position": None if state.position is None else state.position.encode(),
+        "seq": state.seq,
+        "dumps": [dump_to_json(d) for d in state.dumps.dumps],
+    }
+
+
+def state_from_json(raw: dict[str, Any]) -> PipelineState:
+    return PipelineState(
+        position=decode_position(raw.get("position")),
+        seq=int(raw.get("seq", 0)),
+        dumps=DumpQueue(tuple(dump_from_json(d) for d in raw.get("dumps", []))),
+    )
