@@ -6,24 +6,17 @@ same findings without changing anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from dblog.core.model import TableId
 from dblog.errors import FatalSourceError
+from dblog.spi import Finding
 
 from .db import DriverError, query, quote
 from .errors import classify
 from .flavor import Flavor
 
 _CONF = "in my.cnf [mysqld] (then restart), or SET PERSIST on MySQL 8"
-
-
-@dataclass(frozen=True)
-class Finding:
-    level: str  # "error" | "warning" | "ok"
-    message: str
-    fix: str | None = None
 
 
 def _variables(conn: Any) -> dict[str, str]:

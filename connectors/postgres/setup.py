@@ -6,8 +6,6 @@ same findings without changing anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import psycopg
 from psycopg import sql
 
@@ -15,15 +13,9 @@ from dblog.connectors.postgres.positions import Lsn
 from dblog.core.model import TableId
 from dblog.core.positions import Position
 from dblog.errors import FatalSourceError
+from dblog.spi import Finding
 
 from .errors import classify
-
-
-@dataclass(frozen=True)
-class Finding:
-    level: str  # "error" | "warning" | "ok"
-    message: str
-    fix: str | None = None
 
 
 def check_server(conn: psycopg.Connection, plugin: str) -> list[Finding]:
