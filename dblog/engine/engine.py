@@ -1,57 +1,57 @@
 """The engine: interleaves log events with watermark-bracketed dump chunks (SPEC section 2).
 
-One thread runs :meth:`Engine.run`. Each loop turn it applies control commands, starts the next
-chunk when no window is open (low watermark, chunk SELECT, high watermark: the only time log
-forwarding pauses), then forwards what the log reader has, applying the window's drop rule, and
-emits the surviving chunk rows when the high watermark arrives. Outputs are flushed and the state
-committed at least every ``flush_interval_s``.
+One thread runs :meth:`Engine.run`. The engine is a composition of parts, each built and
+tested alone:
 
-The engine is one class in three modules: the loop and log items here, the dump side (chunk
-jobs, read-ahead, opening windows) in :mod:`dblog.engine.scheduler`, and control calls and
-commands in :mod:`dblog.engine.control`.
+* :class:`~dblog.engine.commands.CommandChannel`: calls from other threads (dump requests,
+  pause, knobs, stop), applied at the top of each loop turn;
+* :class:`~dblog.engine.scheduler.DumpScheduler`: which chunk is next, the jobs read ahead,
+  the open window, and the rows emitted when it closes;
+* :class:`~dblog.engine.loop.LogForwarder`: each log item to the windows and to delivery,
+  transaction boundaries kept;
+* :class:`~dblog.engine.delivery.Delivery`: batches to the outputs, acknowledgements, fenced
+  state commits.
+
+Each loop turn applies commands, lets the scheduler take a dump step (start a chunk: the only
+time log forwarding pauses), forwards what the log reader has, and flushes and commits at
+least every ``flush_interval_s`` (and as soon as the log is caught up).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import sys
 import threading
 import uuid
-from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import replace
 from typing import Any
 
 from dblog.core import dumps as dumpops
 from dblog.core.acks import PipelineState
-from dblog.core.dumps import Dump, DumpState
-from dblog.core.model import TABLE_OPS, ChangeEvent, LogItem, Op, TableId, TableInfo, Watermark
-from dblog.core.positions import Position
+from dblog.core.dumps import DumpState
+from dblog.core.model import TableId
 from dblog.core.recent import RecentTransactions
-from dblog.core.window import (
-    on_change,
-    on_watermark,
-    surviving_rows,
-)
-from dblog.engine.control import EngineControl
+from dblog.engine.commands import CommandChannel
 from dblog.engine.delivery import Delivery
-from dblog.engine.jobs import (
-    ChunkJob,
-    InlineRunner,
-    Runner,
-)
-from dblog.engine.scheduler import Knobs, OpenChunk, waiting_table
-from dblog.engine.settings import EngineSettings, PhaseHooks
-from dblog.errors import FatalSourceError, LeadershipLost
+from dblog.engine.jobs import BlockingChunkRead, InlineRunner, Runner, overlapping_runner
+from dblog.engine.loop import LogForwarder, TransactionBoundary
+from dblog.engine.scheduler import DumpScheduler
+from dblog.engine.settings import EngineSettings, Knobs, PhaseHooks
+from dblog.errors import DblogError, DumpRequestError, LeadershipLost
 from dblog.runtime.clock import SingleNodeLeadership, SystemClock
 from dblog.spi import (
     Clock,
     LeaderElection,
+    LogReader,
     Output,
     SourceConnector,
     StateStore,
     WakeableLogReader,
+    WatermarkWriter,
 )
 from dblog.state import state_from_json
 
@@ -61,13 +61,7 @@ log = logging.getLogger("dblog.engine")
 _PUMP_INTERVAL_S = 0.0005
 
 
-@dataclass
-class _Transaction:
-    begin: ChangeEvent | None = None
-    emitted: bool = False
-
-
-class Engine(EngineControl):
+class Engine:
     """One capture: a source connector, its outputs and a state store, run by :meth:`run`."""
 
     def __init__(
@@ -90,60 +84,81 @@ class Engine(EngineControl):
                                  batch_size=self.settings.batch_size)
         self.delivery.is_leader = self.election.is_leader
         self.store = store
-        self.knobs = Knobs(self.settings.chunk_size, self.settings.chunk_delay_s)
-        self.live = dumpops.DumpQueue()
-        self._open: OpenChunk | None = None
-        self._ahead: deque[ChunkJob] = deque()
-        self._tx = _Transaction()
-        self._safe_position: Position | None = None
-        self._boundary_seq = 0
-        self._tables: dict[TableId, TableInfo] = {}
-        self._recent = RecentTransactions(self.settings.recent_keys)
-        self._next_chunk_at = 0.0
-        self._stop = threading.Event()
-        self._jobs_this_turn = 0
+        self.knobs = Knobs.of(self.settings)
+        self.commands = CommandChannel()
+        self.scheduler: DumpScheduler | None = None
+        """The current run's dump side (None before the first run)."""
         self.running = threading.Event()
-        self._wakeable: WakeableLogReader | None = None
+        self._stop = threading.Event()
 
     # -- the loop -------------------------------------------------------------------------
 
     def run(self) -> PipelineState:
         """Run until :meth:`stop` or the loss of leadership; return the committed state."""
         self.connector.prepare()
-        opened: list[Any] = []  # closed in the finally below, even when a later open fails
-        switch_interval = sys.getswitchinterval()
-        self._runner: Runner = InlineRunner(self._read_planned)
-        try:
+        with contextlib.ExitStack() as opened:  # closed even when a later open fails
             reader = self.connector.log_reader()
-            opened.append(reader)
+            opened.callback(_close, reader)
             if isinstance(reader, WakeableLogReader):
-                self._wakeable = reader
-            self._chunks = self.connector.chunk_reader()
-            opened.append(self._chunks)
-            self._watermarks = self.connector.watermark_writer()
-            opened.append(self._watermarks)
-            self._job_chunks, self._job_marks = self._chunks, self._watermarks
-            if self.settings.chunk_worker:
-                self._job_chunks = self.connector.chunk_reader()
-                opened.append(self._job_chunks)
-                self._job_marks = self.connector.watermark_writer()
-                opened.append(self._job_marks)
-                self._runner = self._overlapping_runner()
-            return self._run(reader)
+                self.commands.set_waker(reader.wakeup)
+                opened.callback(self.commands.set_waker, None)
+            chunks = self.connector.chunk_reader()
+            opened.callback(_close, chunks)
+            marks = self.connector.watermark_writer()
+            opened.callback(_close, marks)
+            runner = opened.enter_context(self._runner(opened, chunks, marks))
+            opened.callback(self.running.clear)
+            return self._run(reader, chunks, runner, marks)
+        raise AssertionError("unreachable")  # for mypy: ExitStack may swallow exceptions
+
+    @contextlib.contextmanager
+    def _runner(self, opened: contextlib.ExitStack, chunks: Any,
+                marks: WatermarkWriter) -> Iterator[Runner]:
+        """Inline, or (``chunk_worker``) overlapping on a second pair of connections."""
+        if not self.settings.chunk_worker:
+            runner: Runner = InlineRunner(BlockingChunkRead(chunks, marks, self.hooks))
+        else:
+            job_chunks = self.connector.chunk_reader()
+            opened.callback(_close, job_chunks)
+            job_marks = self.connector.watermark_writer()
+            opened.callback(_close, job_marks)
+            runner = overlapping_runner(BlockingChunkRead(job_chunks, job_marks, self.hooks),
+                                        self.hooks)
+        switch_interval = sys.getswitchinterval()
+        if self.settings.chunk_worker and self.settings.switch_interval_s is not None:
+            sys.setswitchinterval(self.settings.switch_interval_s)
+        try:
+            yield runner
         finally:
             sys.setswitchinterval(switch_interval)
-            self.running.clear()
-            self._wakeable = None
-            self._runner.shutdown()
-            for closeable in opened:
-                try:
-                    closeable.close()
-                except Exception:  # one failed close must not leak the others
-                    log.exception("closing %r failed", closeable)
+            runner.shutdown()
 
-    def _run(self, reader: Any) -> PipelineState:
+    def _build(self, chunks: Any, runner: Runner) -> LogForwarder:
+        """This run's scheduler and forwarder, from the committed state (a fresh start saves
+        an empty state and queues the initial dumps)."""
+        stored = self.store.load()
+        state = PipelineState() if stored is None else state_from_json(stored.data)
+        self.delivery.resume(state, None if stored is None else stored.version)
+        recent = RecentTransactions(self.settings.recent_keys)
+        boundary = TransactionBoundary(self.delivery, state.position, state.seq)
+        scheduler = DumpScheduler(self.settings, self.knobs, self.clock, chunks, runner,
+                                  self.delivery, boundary.record_progress, recent)
+        scheduler.live = state.dumps
+        self.scheduler = scheduler
+        if stored is None:
+            self.delivery.save(state)
+            for tables in self.settings.initial_dumps:
+                self.request_dump(tables)
+        log.info("resumed at position %s, seq %d, %d dump(s) queued", state.position,
+                 state.seq, sum(1 for d in state.dumps.dumps if d.state in dumpops.ACTIVE_STATES))
+        return LogForwarder(self.delivery, scheduler, boundary, recent)
+
+    def _run(self, reader: LogReader, chunks: Any, runner: Runner,
+             marks: WatermarkWriter) -> PipelineState:
         try:
-            self._resume(reader)
+            forwarder = self._build(chunks, runner)
+            self.delivery.on_commit = reader.acknowledge
+            reader.start(self.delivery.state.position)
             if self.settings.tune_gc:
                 # the stream allocates many short-lived, acyclic objects; move what start-up
                 # built out of the collector's way and collect young objects less often
@@ -151,7 +166,7 @@ class Engine(EngineControl):
                 gc.set_threshold(200_000, 50, 50)
             self.running.set()
             try:
-                self._loop(reader)
+                self._loop(reader, forwarder, marks)
             except LeadershipLost as exc:  # nothing more may reach outputs or the state
                 log.warning("%s; committed state stays at seq %d", exc, self.delivery.state.seq)
                 return self.delivery.state
@@ -159,196 +174,129 @@ class Engine(EngineControl):
         finally:
             self.delivery.close()
 
-    def _resume(self, reader: Any) -> None:
-        stored = self.store.load()
-        state = PipelineState() if stored is None else state_from_json(stored.data)
-        self.delivery.resume(state, None if stored is None else stored.version)
-        self._open, self._tx, self._tables = None, _Transaction(), {}
-        self._ahead = deque()
-        self._jobs_this_turn = 0
-        self._recent = RecentTransactions(self.settings.recent_keys)
-        if stored is None:
-            self.delivery.save(state)
-            for tables in self.settings.initial_dumps:
-                self.request_dump(tables)
-        self.live = state.dumps
-        self._safe_position = state.position
-        self._boundary_seq = state.seq
-        self.delivery.on_commit = reader.acknowledge
-        reader.start(state.position)
-        log.info("resumed at position %s, seq %d, %d dump(s) queued", state.position,
-                 state.seq, sum(1 for d in state.dumps.dumps if d.state in dumpops.ACTIVE_STATES))
-
-    def _loop(self, reader: Any) -> None:
-        clock, settings = self.clock, self.settings
+    def _loop(self, reader: LogReader, forwarder: LogForwarder, marks: WatermarkWriter) -> None:
+        clock, settings, scheduler = self.clock, self.settings, forwarder.windows
+        assert isinstance(scheduler, DumpScheduler)
+        process = forwarder.process
         last_commit = last_heartbeat = last_progress = clock.monotonic()
         while not self._stop.is_set():
-            self._jobs_this_turn = 0
-            self._apply_commands()
+            self.commands.apply()
             if not self.election.is_leader():
                 log.warning("leadership lost: stopping emission")
                 raise LeadershipLost("leadership lost: stopped emitting")
-            self._skip_empty_jobs()
-            if self._open is None and not self._ahead:
-                self._maybe_start_chunk()
-            elif self._open is not None:
-                self._read_ahead()
-            elif self._ahead[0].future.done() and self._ahead[0].future.exception() is not None:
-                self._materialize()  # raises the job's error
-            self._runner.pump()
+            scheduler.turn()
             started = clock.monotonic()
-            items = reader.poll(self._poll_timeout())
+            items = reader.poll(self._poll_timeout(scheduler))
             for item in items:
-                self._process(item)
+                process(item)
             now = clock.monotonic()
-            self._check_window(now - started if not items else None)
+            scheduler.check_window(now - started if not items else None)
             # flush on the interval, and as soon as the log is caught up (low latency when idle)
             if now - last_commit >= settings.flush_interval_s or (
                     not items and self.delivery.pending()):
                 self.delivery.commit()
                 last_commit = now
             if now - last_heartbeat >= settings.heartbeat_interval_s:
-                self._watermarks.write(f"hb-{uuid.uuid4().hex}")
+                marks.write(f"hb-{uuid.uuid4().hex}")
                 last_heartbeat = now
             if now - last_progress >= settings.progress_interval_s:
-                self._log_progress()
+                scheduler.log_progress(self.delivery.last_seq)
                 last_progress = now
 
-    def _poll_timeout(self) -> float:
-        if self._dump_can_advance():
+    def _poll_timeout(self, scheduler: DumpScheduler) -> float:
+        if scheduler.due():
             return 0.0
-        if self._runner.busy():  # a chunk is in flight: look at its results again soon
+        if scheduler.busy():  # a chunk is in flight: look at its results again soon
             return min(self.settings.poll_timeout_s, _PUMP_INTERVAL_S)
         return self.settings.poll_timeout_s
 
-    def _dump_can_advance(self) -> bool:
-        """A dump step that needs no log input is due (a table's first step, a dump's end):
-        the loop must not wait for the log before taking it."""
-        return (self._open is None and not self._ahead and self.live.active() is not None
-                and self.clock.monotonic() >= self._next_chunk_at)
+    # -- control (any thread) -------------------------------------------------------------
 
-    # -- log items ------------------------------------------------------------------------
+    def request_dump(
+        self, tables: Sequence[str | TableId] | None = None, *, table: str | TableId | None = None,
+        keys: Sequence[Sequence[Any]] | None = None, dump_id: str | None = None,
+    ) -> Future[str]:
+        """Queue a dump of ``tables`` (None: all captured tables) or of ``keys`` of ``table``.
 
-    def _process(self, item: LogItem) -> None:
-        if isinstance(item, Watermark):
-            self._on_watermark(item)
-            return
-        op = item.op
-        if op is Op.BEGIN:
-            self._tx = _Transaction(begin=item)
-        elif op is Op.COMMIT:
-            if self._tx.emitted:
-                self.delivery.emit(item)
-            self._tx = _Transaction()
-            self._safe_position = item.position
-            self._boundary_seq = self.delivery.last_seq
-            self.delivery.mark(item.position)
-        else:
-            if self._open is not None or self._ahead:
-                self._apply_to_chunks(item)
-            table = item.table
-            if item.txid is not None and table is not None:
-                key = None if op in TABLE_OPS else item.key
-                self._recent.add(item.txid, table, key, bool(item.unchanged))
-                if item.old_key is not None:
-                    self._recent.add(item.txid, table, item.old_key)
-            tx = self._tx
-            if not tx.emitted and tx.begin is not None:
-                self.delivery.emit(tx.begin)
-                tx.emitted = True
-            self.delivery.emit(item)
+        The future resolves to the dump id once the engine validated and stored the request,
+        or raises :class:`DumpRequestError`. A given ``dump_id`` makes the request idempotent:
+        a dump with that id already in the state is not queued again.
+        """
+        def accept(scheduler: DumpScheduler) -> str:
+            if dump_id is not None and scheduler.live.get(dump_id) is not None:
+                return dump_id
+            try:
+                dump = scheduler.validated(tables, table, keys)
+            except DblogError as exc:  # the request fails alone; the engine goes on
+                raise _Rejected(exc) from exc
+            if dump_id is not None:
+                dump = replace(dump, id=dump_id)
+            scheduler.accept(dump)
+            return dump.id
 
-    def _apply_to_chunks(self, item: ChangeEvent) -> None:
-        if self._open is None and self._ahead and item.table == self._ahead[0].table:
-            self._materialize()  # its pending transactions may evict rows already
-        if self._open is not None:
-            self._open.window = on_change(self._open.window, item)
+        return self._on_engine_thread(accept)
 
-    def _on_watermark(self, mark: Watermark) -> None:
-        self._skip_empty_jobs()
-        if self._ahead and mark.value == self._ahead[0].low:
-            if self._open is not None:  # windows are written one after the other
-                raise FatalSourceError(
-                    f"the high watermark of a chunk of {self._open.plan.table} was not seen "
-                    "before the next chunk's low watermark")
-            self._materialize()
-        if self._open is None:
-            return
-        window, closed = on_watermark(self._open.window, mark.value)
-        self._open.window = window
-        if closed:
-            self._close_chunk(mark.position)
+    def set_dump_state(self, dump_id: str, state: DumpState) -> Future[str]:
+        """Pause (PAUSED), resume (QUEUED) or cancel (CANCELLED) a dump, between chunks."""
+        def change(scheduler: DumpScheduler) -> str:
+            try:
+                scheduler.change_state(dump_id, state)
+            except DumpRequestError as exc:
+                raise _Rejected(exc) from exc
+            return dump_id
 
-    def _close_chunk(self, high_position: Position | None) -> None:
-        assert self._open is not None
-        chunk, self._open = self._open, None
-        window, plan = chunk.window, chunk.plan
-        self._next_chunk_at = self.clock.monotonic() + self.knobs.chunk_delay_s
-        dump = self.live.get(plan.dump_id)
-        counts = dump is not None and dump.state in dumpops.ACTIVE_STATES and not window.discarded
-        if not counts:
-            self._drop_jobs(plan.dump_id)  # read ahead of a chunk that does not count
-        if dump is None or dump.state not in dumpops.ACTIVE_STATES:
-            return
-        if window.discarded:
-            log.info("chunk of %s discarded (a truncate or schema change in its window, or the "
-                     "snapshot guard); reading it again", plan.table)
-            return
-        rows = surviving_rows(window)
-        table, dump_id, read = plan.table, plan.dump_id, Op.READ
-        dump = dumpops.complete_chunk(dump, plan, window.last_key, chunk.selected, len(rows),
-                                      chunk.limit)
-        self.live = self.live.put(dump)
-        if window.refetch:
-            refetch = dumpops.keys_dump(plan.table, sorted(window.refetch, key=repr),
-                                        internal=True)
-            self.live = self.live.add(refetch, front=True)
-        if self.knobs.chunk_delay_s == 0:
-            self._prefetch()  # the next chunk is read while these rows are emitted
-        self.delivery.emit_all([ChangeEvent(read, table, key, None, row, high_position, None,
-                                            None, None, (), dump_id) for key, row in rows])
-        # hand each chunk to the outputs at once: the output work then falls evenly on every
-        # chunk and hides the next window's round trip (batches of two 1000-row chunks left
-        # every other turn waiting for it: 181-214k against 219-257k rows/s)
-        self.delivery.deliver()
-        if window.refetch:
-            self._mark_dump(refetch)
-        self._mark_dump(dump)
-        if dump.state is DumpState.DONE:
-            log.info("dump %s done: %d rows in %d chunks", dump.id, dump.rows, dump.chunks)
-            self.delivery.commit()  # a finished dump is made durable at once
+        return self._on_engine_thread(change)
 
-    def _mark_dump(self, dump: Dump) -> None:
-        """Record dump progress at the last transaction boundary: the state never pairs a
-        sequence number inside a transaction with a position before it."""
-        if self._tx.emitted:
-            self.delivery.mark(self._safe_position, dump, seq=self._boundary_seq)
-        else:
-            self._boundary_seq = self.delivery.last_seq
-            self.delivery.mark(self._safe_position, dump)
+    def set_knobs(self, chunk_size: int | None = None, chunk_delay_s: float | None = None) -> None:
+        if chunk_size is not None:
+            if chunk_size < 1:
+                raise DumpRequestError("chunk_size must be at least 1")
+            self.knobs.chunk_size = chunk_size
+        if chunk_delay_s is not None:
+            self.knobs.chunk_delay_s = max(0.0, chunk_delay_s)
 
-    def _check_window(self, idle_s: float | None) -> None:
-        """Fail when the log stays idle for ``window_timeout_s`` while a window waits for its
-        watermarks (a busy log, e.g. catching up a backlog, is not a reason)."""
-        waiting = self._open if self._open is not None else (
-            self._ahead[0] if self._ahead else None)
-        if waiting is None:
-            return
-        waiting.idle_s = 0.0 if idle_s is None else waiting.idle_s + idle_s
-        if waiting.idle_s > self.settings.window_timeout_s:
-            which = "high" if isinstance(waiting, OpenChunk) and waiting.window.low_seen \
-                else "low"
-            raise FatalSourceError(
-                f"the {which} watermark of a chunk of {waiting_table(waiting)} was not seen: "
-                f"the log was idle for {self.settings.window_timeout_s:.0f}s",
-                fix="check that the watermark table is captured by the log reader",
-            )
+    def stop(self) -> None:
+        self._stop.set()
+        self.commands.wake()
 
-    def _log_progress(self) -> None:
-        dump = self.live.active()
-        if dump is None or dump.internal:
-            return
-        total = sum(t.estimated_rows for t in dump.tables)
-        log.info("dump %s: %d rows in %d chunks (~%d estimated), stream seq %d", dump.id,
-                 dump.rows, dump.chunks, total, self.delivery.last_seq)
+    def status(self) -> dict[str, Any]:
+        state, scheduler = self.delivery.state, self.scheduler
+        live = state.dumps if scheduler is None else scheduler.live
+        return {
+            "running": self.running.is_set(),
+            "committed_position": None if state.position is None else str(state.position),
+            "committed_seq": state.seq,
+            "emitted_seq": self.delivery.last_seq,
+            "dumps": [dumpops.dump_to_json(d) for d in live.dumps if not d.internal],
+        }
 
+    def _on_engine_thread(self, command: Callable[[DumpScheduler], str]) -> Future[str]:
+        """Run ``command`` on the engine thread with the current run's scheduler; its result,
+        or the error that rejected the request, resolves the future. Any other error stops
+        the engine, as an error of the loop would."""
+        result: Future[str] = Future()
+
+        def run() -> None:
+            assert self.scheduler is not None  # commands are applied inside a run only
+            try:
+                result.set_result(command(self.scheduler))
+            except _Rejected as rejected:
+                result.set_exception(rejected.error)
+
+        self.commands.submit(run)
+        return result
+
+
+class _Rejected(Exception):
+    """A control request refused before it changed anything (carries the reason)."""
+
+    def __init__(self, error: DblogError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _close(closeable: Any) -> None:
+    try:
+        closeable.close()
+    except Exception:  # one failed close must not leak the others
+        log.exception("closing %r failed", closeable)

@@ -25,7 +25,8 @@ from typing import Protocol
 from dblog.core import dumps as dumpops
 from dblog.core.dumps import ChunkPlan
 from dblog.core.model import TableId, TableInfo
-from dblog.spi import Chunk, PendingWindow, WindowChunkReader
+from dblog.engine.settings import PhaseHooks
+from dblog.spi import Chunk, ChunkReader, PendingWindow, WatermarkWriter, WindowChunkReader
 
 ReadChunk = tuple[ChunkPlan, Chunk]
 READ_AHEAD_DEPTH = 2
@@ -206,3 +207,34 @@ class WindowRunner(InlineRunner):
             future.cancel()
         self._queue.clear()
         self._current = None  # the reader's connection is closed right after
+
+
+class BlockingChunkRead:
+    """Steps 2-4 of one chunk, blocking: L, the SELECT (a key range or a key list), H, through
+    the job's own chunk reader and watermark writer (inline, or in the worker thread)."""
+
+    def __init__(self, chunks: ChunkReader, marks: WatermarkWriter, hooks: PhaseHooks) -> None:
+        self.chunks, self.marks, self.hooks = chunks, marks, hooks
+
+    def __call__(self, plan: ChunkPlan, spec: JobSpec) -> Chunk:
+        self.marks.write(spec.low)
+        if self.hooks.after_low:
+            self.hooks.after_low(plan)
+        if plan.keys is not None:
+            chunk = self.chunks.read_keys(spec.info, plan.keys)
+        else:
+            chunk = self.chunks.read_chunk(spec.info, plan.after, plan.upper, spec.limit)
+        if self.hooks.before_high:
+            self.hooks.before_high(plan)
+        self.marks.write(spec.high)
+        return chunk
+
+
+def overlapping_runner(read: BlockingChunkRead, hooks: PhaseHooks) -> Runner:
+    """Windows sent and collected by the engine thread when the reader can (no second thread
+    competing for the interpreter lock); else a worker thread."""
+    reader = read.chunks
+    if isinstance(reader, WindowChunkReader) and reader.writes_windows \
+            and not hooks.after_low and not hooks.before_high:
+        return WindowRunner(reader, read)
+    return ThreadRunner(read)

@@ -1,38 +1,65 @@
-"""Engine settings and test seams (re-exported by :mod:`dblog.engine`)."""
+"""Engine settings (one model, one set of defaults: the YAML ``engine:`` section is this model),
+the knobs that change at run time, and the test seams."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from dblog.core.dumps import ChunkPlan
 
+MAX_CHUNK_SIZE = 1_000_000
 
-@dataclass(frozen=True)
-class EngineSettings:
-    chunk_size: int = 1000
-    chunk_delay_s: float = 0.0
-    batch_size: int = 2000
-    flush_interval_s: float = 1.0
-    poll_timeout_s: float = 0.2
-    heartbeat_interval_s: float = 10.0
-    window_timeout_s: float = 120.0
-    progress_interval_s: float = 10.0
+
+class EngineSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+    chunk_size: int = Field(1000, ge=1, le=MAX_CHUNK_SIZE)
+    """Rows per chunk SELECT (changeable while running: ``dblog set``)."""
+    chunk_delay_s: float = Field(0.0, ge=0)
+    """Pause between chunks (changeable while running)."""
+    batch_size: int = Field(2000, ge=1)
+    """Events handed to the outputs at once."""
+    flush_interval_s: float = Field(1.0, ge=0)
+    """Outputs are flushed and the state committed at least this often (0: every turn)."""
+    poll_timeout_s: float = Field(0.2, ge=0)
+    """Longest wait for the log in one loop turn (0: never wait, for tests)."""
+    heartbeat_interval_s: float = Field(10.0, gt=0)
+    """Watermark heartbeat writes: keep windows closing and the slot moving on an idle source."""
+    window_timeout_s: float = Field(120.0, gt=0)
+    """A window whose watermark is not seen for this long while the log is idle is an error."""
+    progress_interval_s: float = Field(10.0, gt=0)
+    """How often a running dump's progress is logged."""
     chunk_worker: bool = True
-    """Read the next chunk (L, SELECT, H) in a worker thread while this chunk's rows are
-    emitted. False: every chunk is read in the engine thread (deterministic, for tests)."""
+    """Read the next chunk (L, SELECT, H) while this chunk's rows are emitted. False: every
+    chunk is read in the engine thread (deterministic, for tests)."""
     tune_gc: bool = True
     """Raise the garbage collector's young-generation threshold (process-wide) for throughput;
     embedders that manage the collector themselves set False."""
-    switch_interval_s: float | None = 0.0005
+    switch_interval_s: float | None = Field(0.0005, gt=0)
     """With ``chunk_worker``: the interpreter's thread switch interval while the engine runs
     (process-wide, restored on exit; None leaves it alone). The worker waits on the database
     for most of a chunk; the default 5 ms let it wait that long again for the interpreter lock
     while the engine thread emits rows, which halved dump throughput."""
-    recent_keys: int = 50_000
+    recent_keys: int = Field(50_000, ge=0)
     """Keys of recently forwarded transactions kept for the snapshot guard (memory bound)."""
-    initial_dumps: tuple[Sequence[str] | None, ...] = ()
-    """Dumps requested on the very first start (no state yet); None: all captured tables."""
+    initial_dumps: tuple[tuple[str, ...] | None, ...] = ()
+    """Dumps requested on the very first start (no state yet); None: all captured tables. In
+    YAML this is the top-level ``initial_dumps`` list."""
+
+
+@dataclass
+class Knobs:
+    """The settings an operator changes while the engine runs (read by the scheduler)."""
+
+    chunk_size: int
+    chunk_delay_s: float
+
+    @classmethod
+    def of(cls, settings: EngineSettings) -> Knobs:
+        return cls(settings.chunk_size, settings.chunk_delay_s)
 
 
 @dataclass

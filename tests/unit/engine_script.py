@@ -144,7 +144,8 @@ class Run:
     def idle(self) -> bool:
         """No queued command, no active dump, and the reader has read the whole log."""
         engine = self.engine
-        return (engine.knobs.commands.empty() and engine.live.active() is None
+        live = None if engine.scheduler is None else engine.scheduler.live.active()
+        return (engine.commands.empty() and live is None
                 and self.reader.offset >= len(self.db.log))
 
     def before_poll(self) -> None:

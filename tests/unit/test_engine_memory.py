@@ -76,7 +76,8 @@ def committed(store: MemoryStateStore) -> Any:
 
 
 def dump_progress(run: Run, dump_id: str) -> Dump:
-    dump = run.engine.live.get(dump_id)
+    assert run.engine.scheduler is not None
+    dump = run.engine.scheduler.live.get(dump_id)
     assert dump is not None
     return dump
 
@@ -844,7 +845,7 @@ def test_log_keeps_flowing_during_a_large_dump() -> None:
             n = book.next()
             book.transaction(db, [("upsert", t, {"id": (run.polls * 37) % 350, "v": n})], n)
         marks.append(len(db.log))
-        open_chunk = run.engine._open
+        open_chunk = None if run.engine.scheduler is None else run.engine.scheduler.open
         if open_chunk is not None:
             assert len(open_chunk.window.rows) <= 10
 
