@@ -13,6 +13,7 @@ from dblog.connectors.mysql.positions import BinlogPosition
 from dblog.core.model import TableId
 from dblog.core.positions import Position
 from dblog.errors import DblogError, FatalSourceError
+from dblog.spi import Finding
 
 from . import catalog, setup
 from .binlog import MysqlLogReader
@@ -20,7 +21,6 @@ from .chunks import MysqlChunkReader, MysqlWatermarkWriter
 from .db import Endpoint, connect, parse_dsn, query
 from .decoder import BinlogDecoder
 from .flavor import Flavor, detect
-from .setup import Finding
 
 __all__ = ["Finding", "MysqlConfig", "MysqlConnector"]
 
@@ -76,6 +76,7 @@ class MysqlConnector:
         self._catalog: Any = None
         self._flavor: Flavor | None = None
         self._keys: dict[TableId, tuple[str, ...]] = {}
+        self._types: dict[TableId, tuple[int, dict[str, str]]] = {}
         self.schema_versions: dict[TableId, int] = {}  # bumped by DDL seen in the binlog
 
     @classmethod
@@ -107,7 +108,21 @@ class MysqlConnector:
                 catalog.table_info(conn, table, self.key_columns.get(table))
             except DblogError as exc:
                 findings.append(Finding("error", exc.message, exc.fix))
+            refused = self._refused(table)
+            if refused is not None:
+                findings.append(Finding("error", refused.message, refused.fix))
         return findings
+
+    def _refused(self, table: TableId) -> FatalSourceError | None:
+        """The error for a captured table with a column type whose dump and log values could
+        differ (see connectors/mysql/types.py), or None."""
+        columns = catalog.unsupported_columns(self._conn(), table)
+        if not columns:
+            return None
+        return FatalSourceError(
+            f"table {table} has columns of types the connector cannot capture identically in "
+            f"dumps and log events: {', '.join(columns)}",
+            fix=f"leave {table} out of source.tables, or change those column types")
 
     def prepare(self) -> None:
         conn = self._conn()
@@ -116,6 +131,10 @@ class MysqlConnector:
         if errors:
             raise FatalSourceError("; ".join(e.message for e in errors),
                                    fix="; ".join(e.fix for e in errors if e.fix))
+        for table in catalog.list_tables(conn, self.config.tables, self.watermark_table):
+            refused = self._refused(table)
+            if refused is not None:
+                raise refused
         setup.ensure_watermark_table(conn, self.watermark_table, self.instance)
 
     def _key_columns_of(self, table: TableId, fresh: bool) -> tuple[str, ...]:
@@ -128,6 +147,14 @@ class MysqlConnector:
                          f"reading the primary key of {table}")
             self._keys[table] = tuple(str(r[0]) for r in rows)
         return self._keys[table]
+
+    def _column_types_of(self, table: TableId) -> dict[str, str]:
+        """The catalog's base type per column, read again after DDL of the table."""
+        version = self.schema_versions.get(table, 0)
+        cached = self._types.get(table)
+        if cached is None or cached[0] != version:
+            cached = self._types[table] = (version, catalog.column_types(self._conn(), table))
+        return cached[1]
 
     def current_position(self) -> Position:
         flavor = self.flavor()
@@ -147,7 +174,7 @@ class MysqlConnector:
 
     def log_reader(self) -> MysqlLogReader:
         decoder = BinlogDecoder(self.instance, self.watermark_table, self.flavor(),
-                                self.config.tables, self._key_columns_of)
+                                self.config.tables, self._key_columns_of, self._column_types_of)
         return MysqlLogReader(self.endpoint, self.config.server_id, self.flavor(), decoder,
                               self.current_position, self.config.heartbeat_s,
                               self._only_schemas(), self.report_name)

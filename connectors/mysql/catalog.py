@@ -9,6 +9,7 @@ from dblog.core.model import ColumnInfo, TableId, TableInfo
 from dblog.errors import DumpRequestError
 
 from .db import query
+from .types import base_type, unsupported
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 
@@ -43,6 +44,18 @@ def list_tables(conn: Any, patterns: Sequence[str], exclude: TableId | None) -> 
     tables = (TableId(str(s), str(n)) for s, n in rows)
     return [t for t in tables if t != exclude and t.schema != (exclude.schema if exclude else "")
             and matches(t, patterns)]
+
+
+def column_types(conn: Any, table: TableId) -> dict[str, str]:
+    """Column name -> base type (``uuid``, ``int``, ...), as the catalog declares them now."""
+    rows = query(conn, COLUMNS_SQL, (table.schema, table.name), f"reading the columns of {table}")
+    return {str(r[0]): base_type(_text(r[1])) for r in rows}
+
+
+def unsupported_columns(conn: Any, table: TableId) -> list[str]:
+    """``name (type)`` of each column whose type the connector refuses (types.unsupported)."""
+    rows = query(conn, COLUMNS_SQL, (table.schema, table.name), f"reading the columns of {table}")
+    return [f"{r[0]} ({_text(r[1])})" for r in rows if unsupported(_text(r[1]))]
 
 
 def table_info(conn: Any, table: TableId, key_columns: Sequence[str] | None) -> TableInfo:

@@ -18,7 +18,15 @@ from . import catalog
 from .collation import key_converter
 from .db import DriverError, Endpoint, connect, query, quote
 from .errors import classify
-from .types import dump_converter, identity, json_expression, key_param, select_expression
+from .nativetypes import NATIVE_TYPES, parse_canonical
+from .types import (
+    base_type,
+    dump_converter,
+    identity,
+    json_expression,
+    key_param,
+    select_expression,
+)
 
 RowDecoder = Callable[[tuple[Any, ...]], tuple[Key, Any]]
 
@@ -226,6 +234,11 @@ class MysqlChunkReader:
 def _parse_value(column_type: str, collation: str | None, value: object) -> object:
     if value is None:
         return None
+    if base_type(column_type) in NATIVE_TYPES:
+        try:
+            return parse_canonical(base_type(column_type), str(value))
+        except ValueError as exc:
+            raise DumpRequestError(f"{value!r} is not a {column_type} value: {exc}") from exc
     convert = dump_converter(column_type)
     if convert is identity:
         return int(str(value))

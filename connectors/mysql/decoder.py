@@ -17,10 +17,12 @@ from pymysqlreplication.constants import NONE_SOURCE
 
 from dblog.core.model import ChangeEvent, Key, LogItem, Op, Row, TableId, Watermark
 from dblog.core.positions import Position
+from dblog.errors import FatalSourceError
 
 from . import catalog
 from .collation import key_converter
 from .flavor import Flavor
+from .nativetypes import to_geometry_hex, to_inet4, to_inet6, to_uuid
 from .types import (
     Converter,
     identity,
@@ -34,20 +36,26 @@ from .types import (
     to_hex,
     to_text,
     to_time,
+    to_timestamp,
 )
 
 _EMPTY_SET = NONE_SOURCE.EMPTY_SET
 _INTS = frozenset({1, 2, 3, 8, 9, 13})
 _STRINGS = frozenset({15, 249, 250, 251, 252, 253, 254})
 _BY_TYPE: dict[int, Converter] = {
-    246: to_decimal, 4: to_float32, 5: identity, 10: to_date, 14: to_date, 7: to_datetime,
-    12: to_datetime, 17: to_datetime, 18: to_datetime, 11: to_time, 19: to_time, 16: to_bit,
-    247: to_text,
+    246: to_decimal, 4: to_float32, 5: identity, 10: to_date, 14: to_date, 7: to_timestamp,
+    12: to_datetime, 17: to_timestamp, 18: to_datetime, 11: to_time, 19: to_time, 16: to_bit,
+    247: to_text, 255: to_geometry_hex,
 }
+# MariaDB's own types travel in the binlog as fixed binary strings; the catalog names them
+_NATIVE: dict[tuple[str, int], Converter] = {("uuid", 16): to_uuid, ("inet4", 4): to_inet4,
+                                             ("inet6", 16): to_inet6}
 
 
-def log_converter(column: Any, flavor: Flavor) -> Converter:
-    """The converter for one binlog column (mysql-replication's column object)."""
+def log_converter(column: Any, flavor: Flavor, declared: str | None = None) -> Converter:
+    """The converter for one binlog column (mysql-replication's column object); ``declared``:
+    the column's base type in the catalog, which tells MariaDB's UUID/INET4/INET6 apart from
+    BINARY(n)."""
     kind = column.type
     if kind in _INTS:
         return identity
@@ -58,10 +66,17 @@ def log_converter(column: Any, flavor: Flavor) -> Converter:
     if kind in _STRINGS:
         if getattr(column, "character_set_name", None) == "binary":
             if kind == 254:
-                return padded_hex(int(getattr(column, "max_length", 0) or 0))
+                width = int(getattr(column, "max_length", 0) or 0)
+                return _NATIVE.get((declared or "", width)) or padded_hex(width)
             return to_hex
         return to_text
-    return _BY_TYPE.get(kind, to_text)
+    converter = _BY_TYPE.get(kind)
+    if converter is None:
+        raise FatalSourceError(
+            f"column {column.name!r} has binlog type {kind}, which the connector cannot "
+            "decode into the same value as a chunk SELECT",
+            fix="leave the table out of source.tables (dblog check lists such columns)")
+    return converter
 
 
 _WIDE = (("utf16le_", "utf-16-le"), ("utf16_", "utf-16-be"), ("utf32_", "utf-32-be"),
@@ -92,11 +107,13 @@ class TablePlan:
     __slots__ = ("convert_at", "key_of", "sets", "table", "watermark", "wide_charsets")
 
     def __init__(self, table: TableId, watermark: bool, columns: Sequence[Any],
-                 keys: tuple[str, ...], flavor: Flavor) -> None:
+                 keys: tuple[str, ...], flavor: Flavor,
+                 declared: dict[str, str] | None = None) -> None:
         self.table = table
         self.watermark = watermark
+        types = declared or {}
         self.convert_at = [(c.name, f) for c in columns
-                           if (f := log_converter(c, flavor)) is not identity]
+                           if (f := log_converter(c, flavor, types.get(c.name))) is not identity]
         self.sets = tuple(c.name for c in columns if c.type == 248)
         self.wide_charsets = any(_wide_codec(getattr(c, "collation_name", None))
                                  for c in columns)
@@ -127,12 +144,14 @@ class TablePlan:
 class BinlogDecoder:
     def __init__(self, instance: str, watermark_table: TableId, flavor: Flavor,
                  patterns: Sequence[str],
-                 key_columns_of: Callable[[TableId, bool], tuple[str, ...]]) -> None:
+                 key_columns_of: Callable[[TableId, bool], tuple[str, ...]],
+                 column_types_of: Callable[[TableId], dict[str, str]] | None = None) -> None:
         self.instance = instance
         self.watermark_table = watermark_table
         self.flavor = flavor
         self.patterns = list(patterns)
         self.key_columns_of = key_columns_of
+        self.column_types_of = column_types_of or (lambda table: {})
         self._plans: dict[tuple[Any, ...], TablePlan | None] = {}
 
     def captured(self, table: TableId) -> bool:
@@ -148,7 +167,8 @@ class BinlogDecoder:
             watermark = table == self.watermark_table
             if watermark or self.captured(table):
                 keys = ("name",) if watermark else self.key_columns_of(table, False)
-                plan = TablePlan(table, watermark, columns, keys, self.flavor)
+                declared = {} if watermark else self.column_types_of(table)
+                plan = TablePlan(table, watermark, columns, keys, self.flavor, declared)
             else:
                 plan = None
             self._plans[signature] = plan

@@ -23,10 +23,17 @@ ENUM                                         string (the label)
 SET                                          string, labels joined by commas in definition
                                              order
 JSON                                         string: the document text (MariaDB stores it
-                                             verbatim); MySQL 8 see ``flavor.py``
+                                             verbatim, duplicate keys and all); MySQL 8 see
+                                             ``flavor.py``
 BIT(n)                                       integer
 UUID as CHAR(36) / BINARY(16)                string / 32 hex digits (as the column type says)
+MariaDB UUID, INET4, INET6                   string, the server's text form (nativetypes.py)
+GEOMETRY, POINT, ... (spatial)               lowercase hex: 4-byte SRID, then the WKB
 ===========================================  =============================================
+
+Dates with a zero part (``2024-00-15``, ``0000-00-00``) and the zero TIMESTAMP have no ISO form
+and are null on both paths. Any other column type is refused at start and by ``dblog check``
+(:func:`unsupported`), never emitted in two forms.
 """
 
 from __future__ import annotations
@@ -37,12 +44,18 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
+from .nativetypes import NATIVE_TYPES, SPATIAL_TYPES
+
 Converter = Callable[[Any], Any]
 
 INT_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year"})
 TEXT_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
 BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
 TEMPORAL_TYPES = frozenset({"date", "datetime", "timestamp", "time"})
+SUPPORTED_TYPES = (INT_TYPES | TEXT_TYPES | BINARY_TYPES | TEMPORAL_TYPES | NATIVE_TYPES
+                   | SPATIAL_TYPES | {"decimal", "numeric", "float", "double", "real", "bit",
+                                      "json", "enum", "set"})
+_EPOCH = datetime.datetime(1970, 1, 1)
 _F32 = struct.Struct("<f")
 
 
@@ -85,6 +98,13 @@ def to_datetime(value: Any) -> Any:
     text = (f"{value.year:04d}-{value.month:02d}-{value.day:02d} "
             f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}")
     return f"{text}.{value.microsecond:06d}" if value.microsecond else text
+
+
+def to_timestamp(value: Any) -> Any:
+    """TIMESTAMP: second 0 of the epoch is the zero TIMESTAMP (the range starts at second 1)."""
+    if isinstance(value, datetime.datetime) and value == _EPOCH:
+        return None
+    return to_datetime(value)
 
 
 def _zero_to_none(value: str | None) -> str | None:
@@ -150,6 +170,11 @@ def set_converter(labels: tuple[str, ...] | None) -> Converter:
     return convert
 
 
+def unsupported(column_type: str) -> bool:
+    """Whether a column type has no canonical form that both paths give identically."""
+    return base_type(column_type) not in SUPPORTED_TYPES
+
+
 def base_type(column_type: str) -> str:
     """``int(10) unsigned`` -> ``int``; ``enum('a','b')`` -> ``enum``."""
     return column_type.split("(", 1)[0].split(" ", 1)[0].strip().lower()
@@ -167,7 +192,7 @@ def dump_converter(column_type: str) -> Converter:
     }
     if name in converters:
         return converters[name]
-    if name in BINARY_TYPES:
+    if name in BINARY_TYPES or name in SPATIAL_TYPES:
         return to_hex
     return to_text
 
@@ -185,20 +210,24 @@ def key_param(column_type: str, value: Any) -> Any:
     if value is None:
         return None
     name = base_type(column_type)
-    if name in BINARY_TYPES:
+    if name in BINARY_TYPES or name in SPATIAL_TYPES:
         return bytes.fromhex(value)
     return value
 
 
 # '%%': these expressions go into statements with parameters (the driver's paramstyle)
-_DATE_TIME = ("IF(YEAR({col}) = 0, NULL, IF(MICROSECOND({col}) = 0, "
+_ZERO_PART = "YEAR({col}) = 0 OR MONTH({col}) = 0 OR DAYOFMONTH({col}) = 0"
+_DATE_TIME = (f"IF({_ZERO_PART}, NULL, IF(MICROSECOND({{col}}) = 0, "
               "DATE_FORMAT({col}, '%%Y-%%m-%%d %%H:%%i:%%s'), "
               "DATE_FORMAT({col}, '%%Y-%%m-%%d %%H:%%i:%%s.%%f')))")
 _JSON_EXPRESSIONS = {
     **{name: "{col}" for name in INT_TYPES - {"year"}},
     **{name: "{col}" for name in TEXT_TYPES}, "enum": "{col}", "set": "{col}",
+    # MariaDB's JSON is a LONGTEXT that JSON_OBJECT would embed as a document (and rewrite)
+    "longtext": "CAST({col} AS CHAR)",
+    **{name: "{col}" for name in NATIVE_TYPES},
     "decimal": "CAST({col} AS CHAR)", "numeric": "CAST({col} AS CHAR)",
-    "date": "IF(YEAR({col}) = 0, NULL, DATE_FORMAT({col}, '%%Y-%%m-%%d'))",
+    "date": f"IF({_ZERO_PART}, NULL, DATE_FORMAT({{col}}, '%%Y-%%m-%%d'))",
     "datetime": _DATE_TIME, "timestamp": _DATE_TIME,
 }
 
