@@ -16,19 +16,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from dblog.engine.settings import EngineSettings
 from dblog.errors import ConfigError
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-class EngineConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    chunk_size: int = Field(1000, ge=1, le=1_000_000)
-    chunk_delay_s: float = Field(0.0, ge=0)
-    batch_size: int = Field(2000, ge=1)
-    flush_interval_s: float = Field(1.0, gt=0)
-    heartbeat_interval_s: float = Field(10.0, gt=0)
 
 
 class StateConfig(BaseModel):
@@ -70,9 +61,15 @@ class PipelineConfig(BaseModel):
     source: dict[str, Any]
     outputs: list[dict[str, Any]] = Field(min_length=1)
     state: StateConfig = Field(default_factory=StateConfig)
-    engine: EngineConfig = Field(default_factory=EngineConfig)
+    engine: EngineSettings = Field(default_factory=EngineSettings)
     initial_dumps: list[DumpRequestConfig] = Field(default_factory=list)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @model_validator(mode="after")
+    def _initial_dumps_at_the_top(self) -> PipelineConfig:
+        if self.engine.initial_dumps:
+            raise ValueError("engine.initial_dumps is set by the top-level initial_dumps list")
+        return self
 
 
 def substitute(text: str, env: dict[str, str] | None = None) -> str:

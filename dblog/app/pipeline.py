@@ -31,7 +31,8 @@ from dblog.app.config import PipelineConfig, load_config
 from dblog.core.dumps import DumpState
 from dblog.engine import Engine, EngineSettings, PhaseHooks
 from dblog.errors import DblogError
-from dblog.spi import LeaderElection, Output, SourceConnector, StateStore
+from dblog.runtime.retry import Backoff
+from dblog.spi import DumpRequest, LeaderElection, Output, SourceConnector, StateStore
 from dblog.state import FileStateStore
 
 log = logging.getLogger("dblog.app.pipeline")
@@ -68,8 +69,8 @@ class Pipeline:
         cfg = load_config(config) if isinstance(config, str) else config
         source = build_connector(cfg.source, cfg.name)
         outputs = [build_output(raw, i) for i, raw in enumerate(cfg.outputs)]
-        settings = EngineSettings(**cfg.engine.model_dump(),
-                                  initial_dumps=tuple(d.tables for d in cfg.initial_dumps))
+        initial = tuple(None if d.tables is None else tuple(d.tables) for d in cfg.initial_dumps)
+        settings = cfg.engine.model_copy(update={"initial_dumps": initial})
         return cls(source, outputs, state=state, state_path=cfg.state.path, settings=settings,
                    election=election, max_restarts=max_restarts)
 
@@ -77,24 +78,22 @@ class Pipeline:
 
     def run(self) -> None:
         """Run in this thread until :meth:`stop` or a fatal error."""
-        restarts, delay = 0, 1.0
+        backoff = Backoff(self.engine.clock, 1.0, 30.0, reset_after_s=300)
         while not self._stopping.is_set():
-            started = time.monotonic()
+            backoff.started()
             try:
                 self.engine.run()
                 return
             except DblogError as exc:
-                if time.monotonic() - started > 300:  # a long healthy run resets the budget
-                    restarts, delay = 0, 1.0
-                if not exc.retryable or restarts >= self.max_restarts:
+                backoff.healthy()  # a long healthy run resets the budget
+                if not exc.retryable or backoff.attempts >= self.max_restarts:
                     raise
-                restarts += 1
+                delay = backoff.next()
                 self.restarts += 1
                 log.warning("transient failure, restarting from the committed state in %.0fs "
-                            "(%d/%d): %s", delay, restarts, self.max_restarts, exc)
+                            "(%d/%d): %s", delay, backoff.attempts, self.max_restarts, exc)
                 if self._stopping.wait(delay):
                     return
-                delay = min(delay * 2, 30.0)
 
     def start(self, wait_ready: float = 60.0) -> Pipeline:
         """Run in a background thread; return once the engine is streaming."""
@@ -146,24 +145,48 @@ class Pipeline:
                 if self._thread is not None and not self._thread.is_alive():
                     raise DblogError("the pipeline is not running") from None
 
+    # -- the control contract (dblog.spi.Control) -------------------------------------------
+
+    def submit_dump(self, request: DumpRequest) -> Future[str]:
+        """Queue ``request`` without waiting; the future resolves to the dump id once the
+        engine validated and stored it (or raises DumpRequestError)."""
+        return self.engine.request_dump(request.tables, table=request.table, keys=request.keys,
+                                        dump_id=request.dump_id)
+
+    def request_dump(self, request: DumpRequest, timeout: float = 60.0) -> str:
+        return self._wait(self.submit_dump(request), timeout)
+
+    def set_dump_state(self, dump_id: str, state: DumpState, timeout: float = 60.0) -> None:
+        self._wait(self.engine.set_dump_state(dump_id, state), timeout)
+
+    def set_knobs(self, chunk_size: int | None = None,
+                  chunk_delay_s: float | None = None) -> None:
+        self.engine.set_knobs(chunk_size, chunk_delay_s)
+
+    def is_running(self) -> bool:
+        """Whether the engine is streaming now (between start-up and stop)."""
+        return self.engine.running.is_set()
+
+    # -- shorthands for embedded use --------------------------------------------------------
+
     def dump(self, tables: Sequence[str] | None = None, timeout: float = 60.0) -> str:
         """Queue a dump of ``tables`` (None: all captured tables); return its id."""
-        return self._wait(self.engine.request_dump(tables), timeout)
+        return self.request_dump(DumpRequest(tables=tables), timeout)
 
     def dump_keys(self, table: str, keys: Sequence[Sequence[Any]], timeout: float = 60.0) -> str:
-        return self._wait(self.engine.request_dump(table=table, keys=keys), timeout)
+        return self.request_dump(DumpRequest(table=table, keys=keys), timeout)
 
     def pause(self, dump_id: str) -> None:
-        self._wait(self.engine.set_dump_state(dump_id, DumpState.PAUSED), 60)
+        self.set_dump_state(dump_id, DumpState.PAUSED)
 
     def resume(self, dump_id: str) -> None:
-        self._wait(self.engine.set_dump_state(dump_id, DumpState.QUEUED), 60)
+        self.set_dump_state(dump_id, DumpState.QUEUED)
 
     def cancel(self, dump_id: str) -> None:
-        self._wait(self.engine.set_dump_state(dump_id, DumpState.CANCELLED), 60)
+        self.set_dump_state(dump_id, DumpState.CANCELLED)
 
     def set(self, chunk_size: int | None = None, chunk_delay_s: float | None = None) -> None:
-        self.engine.set_knobs(chunk_size, chunk_delay_s)
+        self.set_knobs(chunk_size, chunk_delay_s)
 
     def status(self) -> dict[str, Any]:
         """The engine's status; raises the error that stopped the pipeline, if one did."""

@@ -8,6 +8,7 @@ with a kind prefix so the state store can hold any of them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib.metadata import entry_points
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from dblog.errors import StateError
@@ -72,12 +73,24 @@ def decode_position(text: str | None) -> Position | None:
     if text is None:
         return None
     kind, _, body = text.partition(":")
-    parse = _PARSERS.get(kind)
+    parse = _PARSERS.get(kind) or _from_entry_points(kind)
     if parse is None:
         raise StateError(f"cannot decode stored position {text!r}: no connector registered "
                          f"positions of kind {kind!r}",
-                         fix="build the pipeline's source connector before loading its state")
+                         fix="install the connector that wrote this state (its package declares "
+                             "the kind under the dblog.positions entry points)")
     try:
         return parse(body)
     except ValueError as exc:
         raise StateError(f"cannot decode stored position {text!r}: {exc}") from exc
+
+
+def _from_entry_points(kind: str) -> Callable[[str], Position] | None:
+    """A connector not imported yet declares its position kinds as ``dblog.positions`` entry
+    points (``kind = "module:Class.parse"``), so a state can be read without building it."""
+    for ep in entry_points(group="dblog.positions"):
+        if ep.name == kind:
+            parse: Callable[[str], Position] = ep.load()
+            register_position(kind, parse)
+            return parse
+    return None

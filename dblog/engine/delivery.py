@@ -17,7 +17,8 @@ from dblog.core.acks import (
 from dblog.core.dumps import Dump
 from dblog.core.model import ChangeEvent
 from dblog.core.positions import Position
-from dblog.errors import DblogError, FatalOutputError, LeadershipLost
+from dblog.errors import FatalOutputError, LeadershipLost
+from dblog.runtime.retry import retry
 from dblog.spi import Clock, DiscardingOutput, FencedOutput, Output, StateStore
 from dblog.state import state_to_json
 
@@ -148,15 +149,4 @@ class Delivery:
                 log.exception("closing output %s failed", output.name)
 
     def _retry(self, action: Callable[[], T], what: str) -> T:
-        delay = 0.1
-        for attempt in range(self.max_retries + 1):
-            try:
-                return action()
-            except DblogError as exc:
-                if not exc.retryable or attempt == self.max_retries:
-                    raise
-                log.warning("%s failed (attempt %d), retrying in %.1fs: %s",
-                            what, attempt + 1, delay, exc)
-                self.clock.sleep(delay)
-                delay = min(delay * 2, 10.0)
-        raise AssertionError("unreachable")
+        return retry(action, what, self.clock, attempts=self.max_retries)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -21,12 +20,14 @@ from kazoo.client import KazooClient
 
 from dblog.app.config import PipelineConfig
 from dblog.app.pipeline import Pipeline
-from dblog.errors import DblogError, FencedError, RetryableStateError
+from dblog.core.dumps import DumpState
+from dblog.errors import DblogError, DumpRequestError, FencedError, RetryableStateError
 from dblog.ha import requests
 from dblog.ha.election import ZooKeeperElection
 from dblog.ha.zk import ZkPaths, ZooKeeperStateStore, connect
 from dblog.runtime.clock import SystemClock
-from dblog.spi import Clock
+from dblog.runtime.retry import Backoff
+from dblog.spi import Clock, DumpRequest
 
 log = logging.getLogger("dblog.ha")
 
@@ -48,17 +49,16 @@ class HaInstance:
         self.terms = 0
         self._stop = threading.Event()
 
-    @staticmethod
-    def _connect(hosts: str, session_s: float, timeout_s: float) -> KazooClient:
+    def _connect(self, hosts: str, session_s: float, timeout_s: float) -> KazooClient:
         """Connect, retrying while ZooKeeper is unavailable (it may start after dblog)."""
-        delay = 1.0
+        backoff = Backoff(self.clock, 1.0, 30.0)
         while True:
             try:
                 return connect(hosts, session_s, timeout_s)
             except RetryableStateError as exc:
+                delay = backoff.next()
                 log.warning("%s; retrying in %.0fs", exc.message, delay)
-                time.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                self.clock.sleep(delay)
 
     def request_stop(self) -> None:
         """Stop after the current batch (safe from signal handlers)."""
@@ -67,9 +67,37 @@ class HaInstance:
         if pipeline is not None:
             pipeline.request_stop()
 
+    # -- the control contract (dblog.spi.Control) -------------------------------------------
+
+    def request_dump(self, request: DumpRequest, timeout: float = 60.0) -> str:
+        """Queue a dump durably through ZooKeeper (a standby too; the leader serves it)."""
+        return requests.queue_dump(
+            self.client, self.paths, None if request.tables is None else list(request.tables),
+            table=request.table,
+            keys=None if request.keys is None else [list(k) for k in request.keys])
+
+    def set_dump_state(self, dump_id: str, state: DumpState, timeout: float = 60.0) -> None:
+        self._leading().set_dump_state(dump_id, state, timeout)
+
+    def set_knobs(self, chunk_size: int | None = None,
+                  chunk_delay_s: float | None = None) -> None:
+        self._leading().set_knobs(chunk_size, chunk_delay_s)
+
+    def status(self) -> dict[str, Any]:
+        pipeline = self.pipeline
+        if pipeline is None:
+            return {"running": False, "role": "standby", "terms": self.terms}
+        return {**pipeline.status(), "role": "leader", "terms": self.terms}
+
     def dump(self, tables: list[str] | None = None) -> str:
-        """Queue a dump durably through ZooKeeper (works on a standby too); return its id."""
-        return requests.queue_dump(self.client, self.paths, tables)
+        return self.request_dump(DumpRequest(tables=tables))
+
+    def _leading(self) -> Pipeline:
+        pipeline = self.pipeline
+        if pipeline is None:
+            raise DumpRequestError("this instance is a standby: send the request to the leader",
+                                   fix="dblog status shows which instance leads")
+        return pipeline
 
     def run(self) -> None:
         """Campaign and lead until :meth:`request_stop` or a fatal error."""
@@ -87,7 +115,7 @@ class HaInstance:
             self.client.close()
 
     def _lead(self, epoch: int) -> None:
-        delay = 1.0
+        backoff = Backoff(self.clock, 1.0, 10.0)
         lease = self.election.lease
         while not self._stop.is_set() and lease.held():
             if not self.election.is_leader():
@@ -96,7 +124,7 @@ class HaInstance:
             try:
                 self._run_term(Pipeline.from_config(self.config, state=self.store,
                                                     election=self.election, max_restarts=0))
-                delay = 1.0
+                backoff.reset()
             except FencedError as exc:
                 log.warning("epoch %d fenced: %s", epoch, exc)
                 break
@@ -104,10 +132,10 @@ class HaInstance:
                 if not exc.retryable:
                     log.error("fatal error, giving up leadership: %s", exc)
                     raise
+                delay = backoff.next()
                 log.warning("transient failure, restarting from the committed state in %.0fs: "
                             "%s", delay, exc)
                 self._stop.wait(delay)
-                delay = min(delay * 2, 10.0)
         self.election.resign()
         log.info("leadership term with epoch %d is over", epoch)
 
@@ -127,14 +155,12 @@ class HaInstance:
 
     def _serve_requests(self, pipeline: Pipeline, done: threading.Event) -> None:
         """Move queued dump requests into the state while this term's engine runs."""
-        engine = pipeline.engine
-
         def submit(request: dict[str, Any]) -> Future[str]:
-            return engine.request_dump(request.get("tables"), table=request.get("table"),
-                                       keys=request.get("keys"), dump_id=request["id"])
+            return pipeline.submit_dump(DumpRequest(request.get("tables"), request.get("table"),
+                                                    request.get("keys"), request["id"]))
 
         while not done.wait(0.5):
-            if not engine.running.is_set() or not self.election.is_leader():
+            if not pipeline.is_running() or not self.election.is_leader():
                 continue
             try:
                 requests.consume(self.client, self.paths, submit, timeout=30.0)
