@@ -73,4 +73,25 @@ def _with_dbname(dsn: str, name: str) -> str:
     return " ".join([*parts, f"dbname={name}"])
 
 
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """One Kafka broker for the session: ``DBLOG_KAFKA_BOOTSTRAP`` (host:port[,...]) or a
+    throwaway KRaft node from the harness (jars fetched by scripts/setup.sh). Tests share it,
+    so each one uses topics and transactional ids of its own."""
+    external = os.environ.get("DBLOG_KAFKA_BOOTSTRAP")
+    if external:
+        yield external
+        return
+    from dblog.harness.kafka import start_kafka
+
+    try:
+        cluster = start_kafka()
+    except (HarnessError, OSError) as exc:
+        unavailable("Kafka", str(exc))
+    try:
+        yield cluster.bootstrap
+    finally:
+        cluster.stop()
+
+
 from tests.integration.mysql_fixtures import maria_admin_dsn, maria_dsn  # noqa: E402, F401
