@@ -31,7 +31,7 @@ from dblog.core.positions import Position, register_position
 from dblog.engine.settings import PhaseHooks
 from dblog.errors import DumpRequestError
 from dblog.formats.native import native_document
-from dblog.spi import Chunk, StoredState
+from dblog.spi import Chunk, Finding, StoredState
 
 
 class FakeClock:
@@ -286,6 +286,9 @@ class MemoryConnector:
     def prepare(self) -> None:
         pass
 
+    def check(self) -> list[Finding]:
+        return [Finding("ok", f"memory source with {len(self.db.tables)} table(s)")]
+
     def log_reader(self) -> MemoryLogReader:
         return MemoryLogReader(self.db)
 
@@ -294,6 +297,9 @@ class MemoryConnector:
 
     def watermark_writer(self) -> MemoryWatermarkWriter:
         return MemoryWatermarkWriter(self.db)
+
+    def close(self) -> None:
+        pass
 
 
 class ListOutput:
