@@ -7,5 +7,5 @@ bash scripts/setup.sh
 export DBLOG_REQUIRE_SERVICES="${DBLOG_REQUIRE_SERVICES:-1}"
 PYTHON="${PYTHON:-python3}"
 "$PYTHON" -m ruff check .
-"$PYTHON" -m mypy
+"$PYTHON" scripts/typecheck.py
 "$PYTHON" -m pytest -q "$@"

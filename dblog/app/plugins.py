@@ -4,10 +4,13 @@ points (third-party packages register theirs the same way)."""
 from __future__ import annotations
 
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, Protocol
+
+from pydantic import BaseModel
 
 from dblog.app.config import validate
 from dblog.errors import ConfigError
+from dblog.spi import Output, SourceConnector
 
 _BUILTIN = {
     "dblog.connectors": {"postgres": "dblog.connectors.postgres:PostgresConnector",
@@ -34,22 +37,35 @@ def _load(group: str, name: str) -> Any:
                           fix=f"pip install 'dblog[{name}]'") from exc
 
 
-def _configured(group: str, raw: dict[str, Any], where: str, example: str) -> tuple[Any, Any]:
-    """The class for ``raw["type"]`` and its validated configuration (through the class's
-    ``config_model`` attribute when it declares one)."""
+class ConnectorClass(Protocol):
+    """What a ``dblog.connectors`` entry point names: a class with its pydantic config model."""
+
+    config_model: type[BaseModel]
+
+    def __call__(self, config: Any, instance: str) -> SourceConnector: ...
+
+
+class OutputClass(Protocol):
+    """What a ``dblog.outputs`` entry point names: a class with its pydantic config model."""
+
+    config_model: type[BaseModel]
+
+    def __call__(self, config: Any) -> Output: ...
+
+
+def _kind(raw: dict[str, Any], where: str, example: str) -> str:
     kind = raw.get("type")
-    if not kind:
+    if not kind or not isinstance(kind, str):
         raise ConfigError(f"{where}.type is missing", fix=f"set {where}.type: {example}")
-    cls = _load(group, kind)
-    model = getattr(cls, "config_model", None)
-    return cls, validate(model, raw, where) if model is not None else raw
+    return kind
 
 
-def build_connector(raw: dict[str, Any], instance: str) -> Any:
-    cls, config = _configured("dblog.connectors", raw, "source", "postgres")
-    return cls(config, instance)
+def build_connector(raw: dict[str, Any], instance: str) -> SourceConnector:
+    cls: ConnectorClass = _load("dblog.connectors", _kind(raw, "source", "postgres"))
+    return cls(validate(cls.config_model, raw, "source"), instance)
 
 
-def build_output(raw: dict[str, Any], index: int) -> Any:
-    cls, config = _configured("dblog.outputs", raw, f"outputs.{index}", "jsonl")
-    return cls(config)
+def build_output(raw: dict[str, Any], index: int) -> Output:
+    where = f"outputs.{index}"
+    cls: OutputClass = _load("dblog.outputs", _kind(raw, where, "jsonl"))
+    return cls(validate(cls.config_model, raw, where))
