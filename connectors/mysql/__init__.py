@@ -5,6 +5,7 @@ Install with ``pip install dblog[mysql]``. See docs/sources/mysql.md for the set
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -13,14 +14,17 @@ from dblog.connectors.mysql.positions import BinlogPosition
 from dblog.core.model import TableId
 from dblog.core.positions import Position
 from dblog.errors import DblogError, FatalSourceError
-from dblog.spi import Finding
+from dblog.runtime.clock import SystemClock
+from dblog.spi import Clock, Finding
 
 from . import catalog, setup
 from .binlog import MysqlLogReader
 from .chunks import MysqlChunkReader, MysqlWatermarkWriter
-from .db import Endpoint, connect, parse_dsn, query
+from .db import Endpoint, alive, connect, parse_dsn, query
 from .decoder import BinlogDecoder
 from .flavor import Flavor, detect
+from .retry import with_backoff
+from .startrecord import WatermarkStartRecord
 
 __all__ = ["Finding", "MysqlConfig", "MysqlConnector"]
 
@@ -42,6 +46,9 @@ class MysqlConfig(BaseModel):
     watermark_table: str = "dblog.watermark"
     heartbeat_s: float = Field(0.02, ge=0.001, le=30,
                                description="server heartbeat period while the binlog is idle")
+    reconnect_timeout_s: float = Field(
+        120.0, ge=0, le=3600, description="how long a lost connection is retried (a server "
+                                          "restart) before the pipeline restarts")
 
     @field_validator("dsn")
     @classmethod
@@ -66,9 +73,11 @@ class MysqlConnector:
 
     config_model = MysqlConfig
 
-    def __init__(self, config: MysqlConfig | dict[str, Any], instance: str = "dblog") -> None:
+    def __init__(self, config: MysqlConfig | dict[str, Any], instance: str = "dblog",
+                 clock: Clock | None = None) -> None:
         self.config = config if isinstance(config, MysqlConfig) else MysqlConfig(**config)
         self.instance = instance
+        self.clock: Clock = clock or SystemClock()
         self.endpoint: Endpoint = parse_dsn(self.config.dsn)
         self.watermark_table = TableId.parse(self.config.watermark_table)
         self.key_columns = {TableId.parse(t): tuple(c) for t, c in self.config.key_columns.items()}
@@ -84,8 +93,14 @@ class MysqlConnector:
         return cls(MysqlConfig(**raw), instance)
 
     def _conn(self) -> Any:
+        """The catalog connection, opened again (with backoff) when a server restart left it
+        dead: every engine run starts with ``prepare``, which comes through here."""
+        if self._catalog is not None and not alive(self._catalog):
+            self.close()
         if self._catalog is None:
-            self._catalog = connect(self.endpoint)
+            self._catalog = with_backoff(lambda: connect(self.endpoint), self.clock,
+                                         self.config.reconnect_timeout_s,
+                                         "connecting to the source")
         return self._catalog
 
     def flavor(self) -> Flavor:
@@ -175,9 +190,11 @@ class MysqlConnector:
     def log_reader(self) -> MysqlLogReader:
         decoder = BinlogDecoder(self.instance, self.watermark_table, self.flavor(),
                                 self.config.tables, self._key_columns_of, self._column_types_of)
+        record = WatermarkStartRecord(self._conn, self.watermark_table, self.instance)
         return MysqlLogReader(self.endpoint, self.config.server_id, self.flavor(), decoder,
                               self.current_position, self.config.heartbeat_s,
-                              self._only_schemas(), self.report_name)
+                              self._only_schemas(), self.report_name, record, self.clock,
+                              self.config.reconnect_timeout_s)
 
     def chunk_reader(self) -> MysqlChunkReader:
         return MysqlChunkReader(self.endpoint, self.config.tables, self.key_columns,
@@ -188,5 +205,6 @@ class MysqlConnector:
 
     def close(self) -> None:
         if self._catalog is not None:
-            self._catalog.close()
+            with contextlib.suppress(Exception):  # closing a dead connection may fail again
+                self._catalog.close()
             self._catalog = None

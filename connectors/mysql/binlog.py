@@ -7,11 +7,17 @@ its transaction; resuming from it replays nothing before and skips nothing after
 
 Reconnection: mysql-replication would reconnect by itself from a position it tracks per event
 (or, with GTIDs, from the position it was started at). The adapter's connection class turns a
-lost connection into :class:`StreamLost` instead, and the reader reconnects once from the last
-commit it handed out; if the connection dropped inside a transaction, the items of it already
-handed out are counted and skipped when the server sends that transaction again, so nothing is
-re-read. If the reconnect fails, the error is retryable and the pipeline restarts from its
-committed state (at-least-once replay from there).
+lost connection into :class:`StreamLost` instead, and the reader reconnects from the last
+commit it handed out, with backoff on the injected clock for up to ``reconnect_timeout_s`` (a
+server restart); if the connection dropped inside a transaction, the items of it already handed
+out are counted and skipped when the server sends that transaction again, so nothing is
+re-read. If the server stays away longer, the error is retryable and the pipeline restarts from
+its committed state (at-least-once replay from there).
+
+First start: with no committed position the reader starts at the server's current position,
+and records it (``StartRecord``) before it hands out anything; a restart before the first
+commit resumes from that record instead of from "now", and the first acknowledged position
+drops it.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
@@ -39,12 +45,15 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from dblog.connectors.mysql.positions import BinlogPosition, MariadbGtid, MysqlGtidSet
 from dblog.core.model import ChangeEvent, LogItem, Op
 from dblog.core.positions import Position
-from dblog.errors import RetryableSourceError
+from dblog.errors import DblogError, RetryableSourceError
+from dblog.runtime.clock import SystemClock
+from dblog.spi import Clock
 
 from .db import Endpoint
 from .decoder import BinlogDecoder, parse_ddl
 from .errors import StreamLost, classify
 from .flavor import Flavor
+from .retry import with_backoff
 
 log = logging.getLogger("dblog.connectors.mysql")
 
@@ -69,6 +78,17 @@ class GuardedConnection(pymysql.connections.Connection):  # type: ignore[misc]
             raise
 
 
+class StartRecord(Protocol):
+    """Where a first run records its start position durably (the connector keeps it in the
+    watermark table); ``forget`` once the state store holds a committed position."""
+
+    def load(self) -> Position | None: ...
+
+    def save(self, position: Position) -> None: ...
+
+    def forget(self) -> None: ...
+
+
 def _ts(seconds: int) -> str:
     moment = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
     return moment.strftime("%Y-%m-%d %H:%M:%S+00")
@@ -80,8 +100,13 @@ class MysqlLogReader:
     def __init__(self, endpoint: Endpoint, server_id: int, flavor: Flavor,
                  decoder: BinlogDecoder, current_position: Callable[[], Position],
                  heartbeat_s: float = 0.02, only_schemas: Sequence[str] | None = None,
-                 report_name: str = "dblog") -> None:
+                 report_name: str = "dblog", start_record: StartRecord | None = None,
+                 clock: Clock | None = None, reconnect_timeout_s: float = 120.0) -> None:
         self.endpoint = endpoint
+        self.start_record = start_record
+        self.clock: Clock = clock or SystemClock()
+        self.reconnect_timeout_s = reconnect_timeout_s
+        self._start_forgotten = False
         self.server_id = server_id
         self.flavor = flavor
         self.decoder = decoder
@@ -100,8 +125,23 @@ class MysqlLogReader:
     # -- connection -----------------------------------------------------------------------
 
     def start(self, position: Position | None) -> None:
-        self._committed = position if position is not None else self.current_position()
+        if position is None:
+            position = self._first_start()
+        self._committed = position
         self._open()
+
+    def _first_start(self) -> Position:
+        """The recorded start of an earlier run that never committed, else the server's
+        current position, recorded before anything is handed out."""
+        recorded = self.start_record.load() if self.start_record is not None else None
+        if recorded is not None:
+            log.warning("no committed position: resuming from the start position recorded by "
+                        "an earlier run, %s", recorded)
+            return recorded
+        position = self.current_position()
+        if self.start_record is not None:
+            self.start_record.save(position)
+        return position
 
     def _open(self) -> None:
         assert self._committed is not None
@@ -128,18 +168,29 @@ class MysqlLogReader:
         self._tx_position = self._txid = None
         self._open()
 
-    def _fetch(self) -> Any:
+    def _fetch_once(self) -> Any:
+        """One event; a lost or refused connection reconnects (from the last commit) and
+        raises the retryable error, so :func:`with_backoff` tries again."""
+        if self._stream is None:
+            self._open()
         assert self._stream is not None
         try:
             return self._stream.fetchone()
-        except StreamLost as exc:
-            self._reconnect(exc)
         except Exception as exc:
-            raise classify(exc, "reading the binlog") from exc
+            error = classify(exc, "reading the binlog")
+            if error.retryable:
+                self._reconnect(exc)
+            raise error from exc
+
+    def _fetch(self) -> Any:
         try:
-            return self._stream.fetchone()
-        except Exception as exc:  # a second loss in a row: let the pipeline retry
-            raise classify(exc, "reading the binlog after a reconnect") from exc
+            return self._fetch_once()
+        except DblogError as exc:
+            if not exc.retryable:
+                raise
+        # the connection dropped: the server may be restarting
+        return with_backoff(self._fetch_once, self.clock, self.reconnect_timeout_s,
+                            "reconnecting the binlog stream")
 
     # -- events ---------------------------------------------------------------------------
 
@@ -270,7 +321,11 @@ class MysqlLogReader:
         return BinlogPosition(self._stream.log_file or "", int(packet.log_pos))
 
     def acknowledge(self, position: Position) -> None:
-        """Nothing to confirm: the binlog has no slot; its retention must cover downtime."""
+        """Nothing to confirm to the server (the binlog has no slot; its retention must cover
+        downtime). The first commit makes the recorded start position redundant."""
+        if not self._start_forgotten and self.start_record is not None:
+            self.start_record.forget()
+            self._start_forgotten = True
 
     def _close_stream(self) -> None:
         if self._stream is not None:

@@ -61,6 +61,15 @@ def connect(endpoint: Endpoint, doing: str = "connecting to the source") -> Any:
     return conn
 
 
+def alive(conn: Any) -> bool:
+    """Whether a connection still answers (a server restart leaves it dead)."""
+    try:
+        conn.ping()
+    except Exception:  # any failure means: open a new one
+        return False
+    return True
+
+
 def query(conn: Any, sql: str, params: Any = None, doing: str = "querying the source"
           ) -> list[tuple[Any, ...]]:
     try:

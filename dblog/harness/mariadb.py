@@ -61,8 +61,10 @@ class MariadbServer:
     def dsn(self, database: str = "") -> str:
         return f"mysql://{self.user}@127.0.0.1:{self.port}/{database}"
 
-    def restart(self, down_s: float = 0.0) -> None:
-        self._terminate(signal.SIGTERM)
+    def restart(self, down_s: float = 0.0, sig: signal.Signals = signal.SIGTERM) -> None:
+        """Stop the server (SIGTERM: a clean shutdown; SIGKILL: a crash, recovered on start),
+        wait ``down_s`` and start it again on the same port and data directory."""
+        self._terminate(sig)
         time.sleep(down_s)
         self._spawn()
 
