@@ -95,8 +95,9 @@ class Engine:
 
     def run(self) -> PipelineState:
         """Run until :meth:`stop` or the loss of leadership; return the committed state."""
-        self.connector.prepare()
         with contextlib.ExitStack() as opened:  # closed even when a later open fails
+            opened.callback(_close, self.connector)  # what it holds itself (catalog connection)
+            self.connector.prepare()
             reader = self.connector.log_reader()
             opened.callback(_close, reader)
             if isinstance(reader, WakeableLogReader):
