@@ -23,6 +23,7 @@ from . import catalog
 from .collation import key_converter
 from .flavor import Flavor
 from .nativetypes import to_geometry_hex, to_inet4, to_inet6, to_uuid
+from .rowcodec import codec_for
 from .types import (
     Converter,
     identity,
@@ -104,14 +105,16 @@ def _fix_wide_charsets(columns: Sequence[Any]) -> None:
 class TablePlan:
     """How to turn one table's binlog rows into canonical rows and keys."""
 
-    __slots__ = ("convert_at", "key_of", "sets", "table", "watermark", "wide_charsets")
+    __slots__ = ("codec", "convert_at", "key_of", "sets", "table", "watermark",
+                 "wide_charsets")
 
     def __init__(self, table: TableId, watermark: bool, columns: Sequence[Any],
                  keys: tuple[str, ...], flavor: Flavor,
-                 declared: dict[str, str] | None = None) -> None:
+                 declared: dict[str, str] | None = None, fast: bool = True) -> None:
         self.table = table
         self.watermark = watermark
         types = declared or {}
+        self.codec = codec_for(columns, flavor, types) if fast else None
         self.convert_at = [(c.name, f) for c in columns
                            if (f := log_converter(c, flavor, types.get(c.name))) is not identity]
         self.sets = tuple(c.name for c in columns if c.type == 248)
@@ -179,10 +182,35 @@ class BinlogDecoder:
         plan = self._plan(event)
         if plan is None:
             return []
+        if plan.codec is None:
+            return self._legacy_rows(plan, event, op, position, txid, ts)
+        images = plan.codec.images(event)
+        if plan.watermark:
+            return self._watermarks(images[1::2] if op is Op.UPDATE else images, op, position)
+        table, key_of = plan.table, plan.key_of
+        if op is Op.INSERT:
+            return [ChangeEvent(op, table, key_of(after), None, after, position, txid, ts)
+                    for after in images]
+        if op is Op.DELETE:
+            return [ChangeEvent(op, table, key_of(before), before, None, position, txid, ts)
+                    for before in images]
+        items: list[LogItem] = []
+        for i in range(0, len(images), 2):
+            before, after = images[i], images[i + 1]
+            key, old = key_of(after), key_of(before)
+            items.append(ChangeEvent(op, table, key, before, after, position, txid, ts,
+                                     old if old != key else None))
+        return items
+
+    def _legacy_rows(self, plan: TablePlan, event: Any, op: Op, position: Position,
+                     txid: int | None, ts: str | None) -> list[LogItem]:
+        """Rows parsed by mysql-replication, for tables the connector's decoder does not take
+        (MySQL 8 binary JSON, pre-5.6 temporal formats)."""
         if plan.wide_charsets:
             _fix_wide_charsets(event.columns)
         if plan.watermark:
-            return self._watermarks(plan, event, op, position)
+            return self._watermarks([raw["after_values"] if op is Op.UPDATE else raw["values"]
+                                     for raw in event.rows], op, position)
         table, key_of = plan.table, plan.key_of
         items: list[LogItem] = []
         for raw in event.rows:
@@ -202,16 +230,11 @@ class BinlogDecoder:
                                          txid, ts))
         return items
 
-    def _watermarks(self, plan: TablePlan, event: Any, op: Op,
-                    position: Position) -> list[LogItem]:
+    def _watermarks(self, images: Sequence[Row], op: Op, position: Position) -> list[LogItem]:
         if op is Op.DELETE:
             return []
-        out: list[LogItem] = []
-        for raw in event.rows:
-            values = raw["after_values"] if op is Op.UPDATE else raw["values"]
-            if values.get("name") == self.instance:
-                out.append(Watermark(str(values.get("value")), position))
-        return out
+        return [Watermark(str(values.get("value")), position) for values in images
+                if values.get("name") == self.instance]
 
     def ddl(self, query: str, schema: str, position: Position, txid: int | None,
             ts: str | None) -> list[LogItem]:

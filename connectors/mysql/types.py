@@ -237,6 +237,10 @@ def json_expression(column_type: str, collation: str | None) -> str | None:
     fast path), or None for types whose JSON form could differ from the canonical value
     (floating point, binary strings, BIT, TIME, YEAR, JSON)."""
     name = base_type(column_type)
-    if name in TEXT_TYPES and (collation is None or collation == "binary"):
-        return None
+    if name in TEXT_TYPES:
+        if collation is None or collation == "binary":
+            return None
+        if not collation.startswith("utf8mb4_"):
+            # JSON_OBJECT refuses a mix of charsets ("Illegal mix of collations")
+            return "CONVERT({col} USING utf8mb4)"
     return _JSON_EXPRESSIONS.get(name)

@@ -1,0 +1,254 @@
+"""Binary formats of binlog row images (MySQL's ``Field::pack`` forms), decoded straight to the
+canonical values of types.py, for the generated decoders of rowcodec.py.
+
+Fixed-width readers take ``(buf, pos)``; length-prefixed ones take the value's bytes.
+Temporal columns are formatted without building ``datetime`` objects (the date part of a
+TIMESTAMP is cached per day). Dates with a zero part and the zero TIMESTAMP are null, as on the
+dump path.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from pymysql.charset import charset_by_name
+
+from .flavor import Flavor
+from .nativetypes import to_geometry_hex, to_inet4, to_inet6, to_uuid
+from .types import to_float32
+
+Fixed = Callable[[bytes, int], Any]
+Prefixed = Callable[[bytes], Any]
+_EPOCH_DAY = datetime.date(1970, 1, 1).toordinal()
+_DECIMAL_BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
+_FRACTION_BYTES = (0, 1, 1, 2, 2, 3, 3)
+_WIDE = (("utf16le_", "utf-16-le"), ("utf16_", "utf-16-be"), ("utf32_", "utf-32-be"),
+         ("ucs2_", "utf-16-be"))
+
+
+def float32(value: float) -> float:
+    return to_float32(value)  # type: ignore[no-any-return]
+
+
+def int24(unsigned: bool) -> Fixed:
+    def read(buf: bytes, pos: int) -> int:
+        return int.from_bytes(buf[pos:pos + 3], "little", signed=not unsigned)
+
+    return read
+
+
+@functools.lru_cache(maxsize=4096)
+def _day(days: int) -> str:
+    return datetime.date.fromordinal(_EPOCH_DAY + days).isoformat()
+
+
+def _clock(hour: int, minute: int, second: int, micros: int) -> str:
+    text = f"{hour:02d}:{minute:02d}:{second:02d}"
+    return f"{text}.{micros:06d}" if micros else text
+
+
+def _fraction(fsp: int) -> tuple[int, int]:
+    """(bytes, multiplier to microseconds) of a temporal column's fractional part."""
+    size = _FRACTION_BYTES[fsp]
+    return size, 10 ** (6 - 2 * size) if size else 0
+
+
+def timestamp2(fsp: int) -> tuple[int, Fixed]:
+    size, scale = _fraction(fsp)
+
+    def read(buf: bytes, pos: int) -> str | None:
+        seconds = int.from_bytes(buf[pos:pos + 4], "big")
+        micros = int.from_bytes(buf[pos + 4:pos + 4 + size], "big") * scale if size else 0
+        if seconds == 0 and micros == 0:
+            return None  # the zero TIMESTAMP
+        days, rest = divmod(seconds, 86400)
+        return f"{_day(days)} {_clock(rest // 3600, rest // 60 % 60, rest % 60, micros)}"
+
+    return 4 + size, read
+
+
+def _date_text(year: int, month: int, day: int) -> str | None:
+    if year == 0 or month == 0 or day == 0:
+        return None  # no ISO form (see types.py)
+    return f"{year:04d}-{month:02d}-{day:02d}"
+
+
+def datetime2(fsp: int) -> tuple[int, Fixed]:
+    size, scale = _fraction(fsp)
+
+    def read(buf: bytes, pos: int) -> str | None:
+        packed = int.from_bytes(buf[pos:pos + 5], "big") - 0x8000000000
+        micros = int.from_bytes(buf[pos + 5:pos + 5 + size], "big") * scale if size else 0
+        ymd, hms = packed >> 17, packed & 0x1FFFF
+        year_month = ymd >> 5
+        date = _date_text(year_month // 13, year_month % 13, ymd & 31)
+        if date is None:
+            return None
+        return f"{date} {_clock(hms >> 12, hms >> 6 & 63, hms & 63, micros)}"
+
+    return 5 + size, read
+
+
+def time2(fsp: int) -> tuple[int, Fixed]:
+    """MySQL's ``my_time_packed_from_binary``: a signed packed value, fraction included."""
+    size, _ = _fraction(fsp)
+
+    def read(buf: bytes, pos: int) -> str:
+        intpart = int.from_bytes(buf[pos:pos + 3], "big") - 0x800000
+        if size == 0:
+            packed = intpart << 24
+        elif size == 3:
+            packed = int.from_bytes(buf[pos:pos + 6], "big") - 0x800000000000
+        else:
+            frac = int.from_bytes(buf[pos + 3:pos + 3 + size], "big")
+            if intpart < 0 and frac:
+                intpart, frac = intpart + 1, frac - (0x100 if size == 1 else 0x10000)
+            packed = (intpart << 24) + frac * (10000 if size == 1 else 100)
+        sign = "-" if packed < 0 else ""
+        packed = abs(packed)
+        hms, micros = packed >> 24, packed & 0xFFFFFF
+        return sign + _clock(hms >> 12 & 0x3FF, hms >> 6 & 63, hms & 63, micros)
+
+    return 3 + size, read
+
+
+def date3(buf: bytes, pos: int) -> str | None:
+    value = buf[pos] | buf[pos + 1] << 8 | buf[pos + 2] << 16
+    return _date_text(value >> 9, value >> 5 & 15, value & 31)
+
+
+def decimal(precision: int, scale: int) -> tuple[int, Fixed]:
+    """MySQL's binary DECIMAL: groups of 9 digits in 4 big-endian bytes, the leftover digits in
+    fewer, the sign in the first bit (negative values have every bit inverted)."""
+    integral = precision - scale
+    lead, full_int = _DECIMAL_BYTES[integral % 9], integral // 9
+    full_frac, tail = scale // 9, scale % 9
+    tail_bytes = _DECIMAL_BYTES[tail]
+    size = lead + 4 * (full_int + full_frac) + tail_bytes
+
+    def read(buf: bytes, pos: int) -> str:
+        raw = bytearray(buf[pos:pos + size])
+        negative = not raw[0] & 0x80
+        raw[0] ^= 0x80
+        if negative:
+            raw = bytearray(b ^ 0xFF for b in raw)
+        at, digits = lead, str(int.from_bytes(raw[:lead], "big")) if lead else ""
+        for _ in range(full_int):
+            digits += f"{int.from_bytes(raw[at:at + 4], 'big'):09d}"
+            at += 4
+        fraction = ""
+        for _ in range(full_frac):
+            fraction += f"{int.from_bytes(raw[at:at + 4], 'big'):09d}"
+            at += 4
+        if tail:
+            fraction += f"{int.from_bytes(raw[at:at + tail_bytes], 'big'):0{tail}d}"
+        whole = digits.lstrip("0") or "0"
+        text = f"{whole}.{fraction}" if scale else whole
+        return "-" + text if negative and text.strip("0.") else text
+
+    return size, read
+
+
+def _bits(size: int) -> Fixed:
+    def read(buf: bytes, pos: int) -> int:
+        return int.from_bytes(buf[pos:pos + size], "big")
+
+    return read
+
+
+def _enum(labels: tuple[str, ...], size: int) -> Fixed:
+    """``labels``: mysql-replication's list, with the error value '' at index 0."""
+    def read(buf: bytes, pos: int) -> str:
+        index = int.from_bytes(buf[pos:pos + size], "little")
+        return labels[index] if index < len(labels) else ""
+
+    return read
+
+
+def _set(labels: tuple[str, ...], size: int) -> Fixed:
+    def read(buf: bytes, pos: int) -> str:
+        mask = int.from_bytes(buf[pos:pos + size], "little")
+        return ",".join(label for i, label in enumerate(labels) if mask >> i & 1)
+
+    return read
+
+
+def _year(buf: bytes, pos: int) -> int:
+    return buf[pos] + 1900 if buf[pos] else 0
+
+
+def fixed_converter(column: Any, declared: str | None) -> tuple[int, Fixed] | None:
+    """(size, reader) of a fixed-width, non-integer column; None for other columns."""
+    kind = column.type
+    fsp = int(getattr(column, "fsp", 0) or 0)
+    readers: dict[int, Callable[[], tuple[int, Fixed]]] = {
+        17: lambda: timestamp2(fsp), 18: lambda: datetime2(fsp), 19: lambda: time2(fsp),
+        10: lambda: (3, date3), 13: lambda: (1, _year),
+        246: lambda: decimal(int(column.precision), int(column.decimals)),
+        16: lambda: (int(column.bytes), _bits(int(column.bytes))),
+        247: lambda: (int(column.size), _enum(tuple(column.enum_values or ()),
+                                               int(column.size))),
+        248: lambda: (int(column.size), _set(tuple(column.set_values or ()), int(column.size))),
+    }
+    make = readers.get(kind)
+    return None if make is None else make()
+
+
+def _codec(column: Any) -> str:
+    collation = getattr(column, "collation_name", None) or ""
+    for prefix, codec in _WIDE:  # MySQL's UTF-16/32 and UCS-2 are big-endian without a BOM
+        if collation.startswith(prefix):
+            return codec
+    name = getattr(column, "character_set_name", None)  # a charset or already a codec name
+    if not name:
+        return "utf-8"
+    charset = charset_by_name(name)
+    return str(charset.encoding) if charset else str(name)
+
+
+def _text(codec: str) -> Prefixed:
+    def read(raw: bytes) -> str:
+        return raw.decode(codec)
+
+    return read
+
+
+def _hex(raw: bytes) -> str:
+    return raw.hex()
+
+
+def _padded(width: int) -> Prefixed:
+    def read(raw: bytes) -> str:
+        return raw.ljust(width, b"\0").hex()
+
+    return read
+
+
+_NATIVE: dict[tuple[str, int], Prefixed] = {("uuid", 16): to_uuid, ("inet4", 4): to_inet4,
+                                           ("inet6", 16): to_inet6}
+
+
+def prefixed_converter(column: Any, flavor: Flavor,
+                       declared: str | None) -> tuple[int, Prefixed] | None:
+    """(length-prefix width, reader) of a string, blob, spatial or MariaDB JSON column; None
+    for columns this decoder does not take (MySQL's binary JSON)."""
+    kind = column.type
+    if kind in (15, 253, 254):
+        max_length = int(getattr(column, "max_length", 0) or 0)
+        width = 1 if max_length <= 255 else 2
+        if getattr(column, "character_set_name", None) != "binary":
+            return width, _text(_codec(column))
+        if kind == 254:
+            return width, _NATIVE.get((declared or "", max_length)) or _padded(max_length)
+        return width, _hex
+    if kind == 252:
+        binary = getattr(column, "character_set_name", None) == "binary"
+        return int(column.length_size), _hex if binary else _text(_codec(column))
+    if kind == 255:
+        return int(column.length_size), to_geometry_hex
+    if kind == 245 and flavor.mariadb:
+        return int(column.length_size), _text("utf-8")
+    return None
