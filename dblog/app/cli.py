@@ -1,20 +1,23 @@
-"""The ``dblog`` command: ``run``, ``check``, ``status``, ``dump``."""
+"""The ``dblog`` command: ``run`` and ``check`` here; the control commands (``dump``, ``dumps``,
+``pause``, ``resume``, ``cancel``, ``set``, ``status``) talk to the running instance's API
+(:mod:`dblog.app.cli_control`)."""
 
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import logging
 import signal
 import sys
 from typing import Any, Protocol
 
+from dblog.app.cli_control import add_commands, run_command
 from dblog.app.config import PipelineConfig, load_config
-from dblog.errors import ConfigError, DblogError
-from dblog.state import FileStateStore, state_from_json
+from dblog.errors import DblogError
+from dblog.spi import Control
 
 
-class _Stoppable(Protocol):
+class _Stoppable(Control, Protocol):
     def request_stop(self) -> None: ...
 
     def run(self) -> Any: ...
@@ -23,11 +26,41 @@ class _Stoppable(Protocol):
 def _run(config: PipelineConfig) -> int:
     from dblog.app.pipeline import Pipeline
 
+    runner: _Stoppable
     if config.state.type == "zookeeper":
         from dblog.ha.runner import HaInstance
 
-        return _run_until_signal(HaInstance(config))
-    return _run_until_signal(Pipeline.from_config(config))
+        runner = HaInstance(config)
+    else:
+        runner = Pipeline.from_config(config)
+    with _serving(config, runner):
+        return _run_until_signal(runner)
+
+
+@contextlib.contextmanager
+def _serving(config: PipelineConfig, control: Control) -> Any:
+    """Serve the HTTP API (``api.enabled``) while the runner runs."""
+    if not config.api.enabled:
+        yield None
+        return
+    from dblog.api.discovery import directory_for, instance_id
+    from dblog.api.lagbytes import lag_bytes_probe
+    from dblog.api.server import ApiServer
+
+    def committed() -> str | None:
+        position = control.status().get("committed_position")
+        return None if position is None else str(position)
+
+    instance = instance_id(config)
+    probe = lag_bytes_probe(config.source, committed)
+    server = ApiServer(control, config.api, directory=directory_for(config, instance),
+                       instance=instance, lag_bytes=probe).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        if probe is not None:
+            probe.close()
 
 
 def _run_until_signal(runner: _Stoppable) -> int:
@@ -57,58 +90,24 @@ def _check(config: PipelineConfig) -> int:
     return 1 if any(f.level == "error" for f in findings) else 0
 
 
-def _status(config: PipelineConfig) -> int:
-    if config.state.type == "zookeeper":
-        from dblog.ha.status import ha_status
-
-        print(json.dumps(ha_status(config), indent=2))
-        return 0
-    stored = FileStateStore(config.state.path).load()
-    if stored is None:
-        print(json.dumps({"state": None, "note": f"no state at {config.state.path}"}))
-        return 0
-    state = state_from_json(stored.data)
-    print(json.dumps({
-        "version": stored.version,
-        "committed_position": None if state.position is None else str(state.position),
-        "committed_seq": state.seq,
-        "dumps": [{"id": d.id, "state": d.state.value, "rows": d.rows, "chunks": d.chunks,
-                   "error": d.error} for d in state.dumps.dumps if not d.internal],
-    }, indent=2))
-    return 0
-
-
-def _dump(config: PipelineConfig, tables: list[str] | None) -> int:
-    if config.state.type != "zookeeper":
-        raise ConfigError("dblog dump queues requests in ZooKeeper: it needs state.type: "
-                          "zookeeper", fix="embedded pipelines call Pipeline.dump()")
-    from dblog.ha.status import queue_dump
-
-    print(json.dumps({"dump_id": queue_dump(config, tables), "state": "requested"}))
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dblog", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text in (("run", "run the pipeline (an HA candidate with ZooKeeper state)"),
-                       ("check", "assess the source"),
-                       ("status", "show the committed state (and the leader, with ZooKeeper)"),
-                       ("dump", "queue a dump durably (ZooKeeper state; served by the leader)")):
+                       ("check", "assess the source")):
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("--config", "-c", required=True, help="YAML configuration file")
-        if name == "dump":
-            cmd.add_argument("--table", "-t", action="append", dest="tables",
-                             help="table to dump (repeat; default: every captured table)")
+    add_commands(sub)
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
         logging.basicConfig(level=config.log_level,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        if args.command == "dump":
-            return _dump(config, args.tables)
-        handler = {"run": _run, "check": _check, "status": _status}[args.command]
-        return handler(config)
+        if args.command == "run":
+            return _run(config)
+        if args.command == "check":
+            return _check(config)
+        return run_command(config, args)
     except DblogError as exc:
         print(f"dblog: {exc}", file=sys.stderr)
         return 2

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from dblog.api.config import ApiConfig
 from dblog.engine.settings import EngineSettings
 from dblog.errors import ConfigError
 
@@ -63,6 +64,7 @@ class PipelineConfig(BaseModel):
     state: StateConfig = Field(default_factory=StateConfig)
     engine: EngineSettings = Field(default_factory=EngineSettings)
     initial_dumps: list[DumpRequestConfig] = Field(default_factory=list)
+    api: ApiConfig = Field(default_factory=ApiConfig)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @model_validator(mode="after")
