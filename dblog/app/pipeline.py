@@ -192,7 +192,7 @@ class Pipeline:
         """The engine's status; raises the error that stopped the pipeline, if one did."""
         if self._error is not None:
             raise self._error
-        return self.engine.status()
+        return {**self.engine.status(), "restarts": self.restarts}
 
     def dump_status(self, dump_id: str) -> dict[str, Any] | None:
         return next((d for d in self.status()["dumps"] if d["id"] == dump_id), None)

@@ -20,6 +20,7 @@ from dblog.core.positions import Position
 from dblog.errors import FatalOutputError, LeadershipLost
 from dblog.runtime.retry import retry
 from dblog.spi import Clock, DiscardingOutput, FencedOutput, Output, StateStore
+from dblog.spi.metrics import Counters, MetricsSink
 from dblog.state import state_to_json
 
 log = logging.getLogger("dblog.engine.delivery")
@@ -57,6 +58,8 @@ class Delivery:
         self._points: list[CommitPoint] = []
         self.on_commit: Callable[[Position], None] | None = None
         self.is_leader: Callable[[], bool] = lambda: True
+        self.metrics: MetricsSink = Counters()
+        """Told of each delivered batch (the engine sets its own)."""
 
     def _may_write(self) -> bool:
         return self.is_leader()
@@ -104,6 +107,7 @@ class Delivery:
             return
         self._check_leader()
         batch, self._batch = self._batch, []
+        self.metrics.delivered(batch)
         for output in self.outputs:
             self._retry(partial(output.write, batch), f"write to {output.name}")
 

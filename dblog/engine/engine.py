@@ -53,6 +53,7 @@ from dblog.spi import (
     WakeableLogReader,
     WatermarkWriter,
 )
+from dblog.spi.metrics import Counters, MetricsSink
 from dblog.state import state_from_json
 
 __all__ = ["Engine", "EngineSettings", "PhaseHooks"]
@@ -74,6 +75,7 @@ class Engine:
         clock: Clock | None = None,
         election: LeaderElection | None = None,
         hooks: PhaseHooks | None = None,
+        metrics: MetricsSink | None = None,
     ) -> None:
         self.connector = connector
         self.settings = settings or EngineSettings()
@@ -83,6 +85,11 @@ class Engine:
         self.delivery = Delivery(outputs, store, self.clock, epoch=self.election.epoch,
                                  batch_size=self.settings.batch_size)
         self.delivery.is_leader = self.election.is_leader
+        self.metrics = metrics or Counters()
+        """Counts for the metrics endpoint (events, output calls, lag); in :meth:`status`."""
+        self.delivery.metrics = self.metrics
+        self.captured: tuple[str, ...] | None = None
+        """The captured tables, listed at the start of each run (for status)."""
         self.store = store
         self.knobs = Knobs.of(self.settings)
         self.commands = CommandChannel()
@@ -146,6 +153,7 @@ class Engine:
                                   self.delivery, boundary.record_progress, recent)
         scheduler.live = state.dumps
         self.scheduler = scheduler
+        self.captured = tuple(str(t) for t in chunks.list_tables())
         if stored is None:
             self.delivery.save(state)
             for tables in self.settings.initial_dumps:
@@ -188,6 +196,8 @@ class Engine:
             scheduler.turn()
             started = clock.monotonic()
             items = reader.poll(self._poll_timeout(scheduler))
+            if not items:  # at the head of the log: nothing to lag behind
+                self.metrics.caught_up()
             for item in items:
                 process(item)
             now = clock.monotonic()
@@ -269,6 +279,12 @@ class Engine:
             "committed_seq": state.seq,
             "emitted_seq": self.delivery.last_seq,
             "dumps": [dumpops.dump_to_json(d) for d in live.dumps if not d.internal],
+            "tables": None if self.captured is None else list(self.captured),
+            "knobs": {"chunk_size": self.knobs.chunk_size,
+                      "chunk_delay_s": self.knobs.chunk_delay_s},
+            "queues": {"pending_commits": self.delivery.pending_points(),
+                       "chunks_ahead": 0 if scheduler is None else len(scheduler.ahead)},
+            "metrics": self.metrics.snapshot(),
         }
 
     def _on_engine_thread(self, command: Callable[[DumpScheduler], str]) -> Future[str]:

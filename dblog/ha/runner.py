@@ -70,7 +70,12 @@ class HaInstance:
     # -- the control contract (dblog.spi.Control) -------------------------------------------
 
     def request_dump(self, request: DumpRequest, timeout: float = 60.0) -> str:
-        """Queue a dump durably through ZooKeeper (a standby too; the leader serves it)."""
+        """While leading: hand the request to the engine, which validates it and stores the
+        dump in the state before answering (a rejection is raised here, not found later).
+        A standby queues it durably through ZooKeeper; the leader serves it."""
+        pipeline = self.pipeline
+        if pipeline is not None and pipeline.is_running():
+            return pipeline.request_dump(request, timeout)
         return requests.queue_dump(
             self.client, self.paths, None if request.tables is None else list(request.tables),
             table=request.table,
