@@ -1,11 +1,14 @@
-"""Hands emitted events to every output and commits state up to what all of them acknowledged."""
+"""Hands emitted events to every output and commits state up to what all of them acknowledged.
+
+Outputs are driven through sinks (:mod:`dblog.engine.sinks`): with ``threaded`` each output
+works from a bounded queue on its own thread, so its round trips do not hold the log loop, and
+acknowledgements arrive one flush request later; without it, on the calling thread.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from functools import partial
-from typing import TypeVar
 
 from dblog.core.acks import (
     CommitPoint,
@@ -17,14 +20,13 @@ from dblog.core.acks import (
 from dblog.core.dumps import Dump
 from dblog.core.model import ChangeEvent
 from dblog.core.positions import Position
+from dblog.engine.sinks import InlineSink, Sink, ThreadedSink
 from dblog.errors import FatalOutputError, LeadershipLost
-from dblog.runtime.retry import retry
-from dblog.spi import Clock, DiscardingOutput, FencedOutput, Output, StateStore
+from dblog.spi import Clock, FencedOutput, Output, StateStore
 from dblog.spi.metrics import Counters, MetricsSink
 from dblog.state import state_to_json
 
 log = logging.getLogger("dblog.engine.delivery")
-T = TypeVar("T")
 
 
 class Delivery:
@@ -39,6 +41,8 @@ class Delivery:
         epoch: int,
         batch_size: int,
         max_retries: int = 8,
+        threaded: bool = False,
+        max_batches: int = 4,
     ) -> None:
         if not outputs:
             raise FatalOutputError("a pipeline needs at least one output")
@@ -51,6 +55,8 @@ class Delivery:
         self.epoch = epoch
         self.batch_size = batch_size
         self.max_retries = max_retries
+        self.threaded, self.max_batches = threaded, max_batches
+        self.sinks: list[Sink] = []
         self.state = PipelineState()
         self.version: int | None = None
         self.last_seq = 0
@@ -72,8 +78,14 @@ class Delivery:
         self._check_leader()  # opening an output may cut it back: a leader's act
         self.state, self.version, self.last_seq = state, version, state.seq
         self._batch, self._points = [], []
-        for output in self.outputs:
-            self._retry(partial(output.open, state.seq), f"open {output.name}")
+        self.sinks = [self._sink(output) for output in self.outputs]
+        for sink in self.sinks:
+            sink.open(state.seq)
+
+    def _sink(self, output: Output) -> Sink:
+        if self.threaded:
+            return ThreadedSink(output, self.clock, self.max_retries, self.max_batches)
+        return InlineSink(output, self.clock, self.max_retries)
 
     def emit(self, event: ChangeEvent) -> None:
         self.last_seq += 1
@@ -108,14 +120,20 @@ class Delivery:
         self._check_leader()
         batch, self._batch = self._batch, []
         self.metrics.delivered(batch)
-        for output in self.outputs:
-            self._retry(partial(output.write, batch), f"write to {output.name}")
+        for sink in self.sinks:
+            sink.write(batch)
 
-    def commit(self) -> PipelineState:
-        """Deliver, flush every output, and commit state up to the common acknowledgement."""
+    def commit(self, wait: bool = False) -> PipelineState:
+        """Deliver, ask every output to flush, and commit state up to the common
+        acknowledgement (``wait``: of everything delivered, waiting for the flushes)."""
         self.deliver()
         self._check_leader()  # a frozen leader resumed between deliver and flush
-        acks = {o.name: self._retry(o.flush, f"flush {o.name}") for o in self.outputs}
+        if wait:
+            acks = {sink.name: sink.sync() for sink in self.sinks}
+        else:
+            for sink in self.sinks:
+                sink.request_flush()
+            acks = {sink.name: sink.acknowledged() for sink in self.sinks}
         done, self._points = split_acknowledged(self._points, min_acknowledged(acks))
         if done:
             self.save(apply_points(self.state, done))
@@ -143,14 +161,12 @@ class Delivery:
 
     def close(self) -> None:
         leader = self.is_leader()
-        for output in self.outputs:
+        for sink in self.sinks:
             try:
-                if not leader and isinstance(output, DiscardingOutput):
-                    output.discard()  # a deposed leader must not write out what it buffers
+                if leader:
+                    sink.close()
                 else:
-                    output.close()
+                    sink.discard()  # a deposed leader must not write out what it buffers
             except Exception:  # closing is best effort; what was acknowledged is committed
-                log.exception("closing output %s failed", output.name)
-
-    def _retry(self, action: Callable[[], T], what: str) -> T:
-        return retry(action, what, self.clock, attempts=self.max_retries)
+                log.exception("closing output %s failed", sink.name)
+        self.sinks = []

@@ -83,7 +83,9 @@ class Engine:
         self.election = election or SingleNodeLeadership()
         self.hooks = hooks or PhaseHooks()
         self.delivery = Delivery(outputs, store, self.clock, epoch=self.election.epoch,
-                                 batch_size=self.settings.batch_size)
+                                 batch_size=self.settings.batch_size,
+                                 threaded=self.settings.output_threads,
+                                 max_batches=self.settings.output_queue_batches)
         self.delivery.is_leader = self.election.is_leader
         self.metrics = metrics or Counters()
         """Counts for the metrics endpoint (events, output calls, lag); in :meth:`status`."""
@@ -179,7 +181,7 @@ class Engine:
             except LeadershipLost as exc:  # nothing more may reach outputs or the state
                 log.warning("%s; committed state stays at seq %d", exc, self.delivery.state.seq)
                 return self.delivery.state
-            return self.delivery.commit()
+            return self.delivery.commit(wait=True)
         finally:
             self.delivery.close()
 

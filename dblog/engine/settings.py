@@ -43,6 +43,12 @@ class EngineSettings(BaseModel):
     (process-wide, restored on exit; None leaves it alone). The worker waits on the database
     for most of a chunk; the default 5 ms let it wait that long again for the interpreter lock
     while the engine thread emits rows, which halved dump throughput."""
+    output_threads: bool = True
+    """Each output works from a bounded queue on its own thread, so its round trips (writes,
+    fsyncs, broker replies) do not hold the log loop. False: outputs are called on the engine
+    thread (deterministic, for tests)."""
+    output_queue_batches: int = Field(4, ge=1)
+    """Batches queued per output at most; a slow output then slows capture (bounded memory)."""
     recent_keys: int = Field(50_000, ge=0)
     """Keys of recently forwarded transactions kept for the snapshot guard (memory bound)."""
     initial_dumps: tuple[tuple[str, ...] | None, ...] = ()

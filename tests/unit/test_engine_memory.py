@@ -17,17 +17,6 @@ from typing import Any
 
 import orjson
 import pytest
-from engine_script import (
-    Run,
-    VersionBook,
-    assert_log_order,
-    assert_no_time_travel,
-    assert_replay_equals_source,
-    assert_seq_contiguous,
-    fast_settings,
-    log_positions_expected,
-    source_rows,
-)
 
 from dblog.connectors.postgres.positions import Lsn
 from dblog.core.dumps import ChunkPlan, Dump, DumpState
@@ -41,6 +30,7 @@ from dblog.errors import (
     RetryableOutputError,
 )
 from dblog.outputs.jsonl import JsonlOutput
+from dblog.spi import StateStore
 from dblog.state import FileStateStore, state_from_json
 from dblog.testing import (
     ListOutput,
@@ -48,6 +38,17 @@ from dblog.testing import (
     MemoryDatabase,
     MemoryStateStore,
     replay,
+)
+from tests.unit.engine_script import (
+    Run,
+    VersionBook,
+    assert_log_order,
+    assert_no_time_travel,
+    assert_replay_equals_source,
+    assert_seq_contiguous,
+    fast_settings,
+    log_positions_expected,
+    source_rows,
 )
 
 
@@ -69,7 +70,7 @@ def low_watermarks(db: MemoryDatabase) -> int:
     return sum(1 for i in db.log if isinstance(i, Watermark) and i.value.startswith("L-"))
 
 
-def committed(store: MemoryStateStore) -> Any:
+def committed(store: StateStore) -> Any:
     stored = store.load()
     assert stored is not None
     return state_from_json(stored.data)
@@ -82,7 +83,8 @@ def dump_progress(run: Run, dump_id: str) -> Dump:
     return dump
 
 
-def test_dump_with_concurrent_writes_replays_the_source_exactly() -> None:
+@pytest.mark.parametrize("output_threads", [False, True], ids=["inline", "threaded"])
+def test_dump_with_concurrent_writes_replays_the_source_exactly(output_threads: bool) -> None:
     db, t = make_db(80)
     rng = random.Random(7)
     book = VersionBook()
@@ -95,7 +97,8 @@ def test_dump_with_concurrent_writes_replays_the_source_exactly() -> None:
             op = rng.choice(["upsert", "update", "delete"])
             book.transaction(db, [(op, t, {"id": k, "v": n})], n)
 
-    run = Run(db, [out], store, settings=fast_settings(7), on_poll=on_poll)
+    run = Run(db, [out], store, settings=fast_settings(7, output_threads=output_threads),
+              on_poll=on_poll)
     future = run.engine.request_dump(["public.t"])
     run.go()
     dump_id = future.result(0)
@@ -494,7 +497,7 @@ def test_key_list_dump_reads_only_the_listed_keys() -> None:
     run.go()
     dump_id = future.result(0)
     read_events = [e for e in out.events if e.op is Op.READ]
-    assert sorted(e.key for e in read_events) == [(3,), (5,), (17,), (29,)]
+    assert sorted(e.key or () for e in read_events) == [(3,), (5,), (17,), (29,)]
     assert all(e.dump_id == dump_id and e.after == {"id": e.key[0], "v": 0}  # type: ignore[index]
                for e in read_events)
     dump = committed(store).dumps.get(dump_id)
@@ -594,7 +597,7 @@ def test_truncate_inside_a_window_discards_the_chunk_and_reads_it_again() -> Non
     assert stale == []
     assert reads(after) == [6, 8]  # 11 is above the dump's upper bound: it came by the log
     assert low_watermarks(db) == 3  # chunk 1, chunk 2 (discarded), chunk 2 again
-    dump = committed(run.store).dumps.get(future.result(0))  # type: ignore[arg-type]
+    dump = committed(run.store).dumps.get(future.result(0))
     assert dump.state is DumpState.DONE
     assert_replay_equals_source(out.events, db)
     assert_no_time_travel(out.events, book)
@@ -617,7 +620,7 @@ def test_a_chunk_read_ahead_of_a_discarded_chunk_is_dropped(worker: bool) -> Non
     before, after = out.events[:truncate_at], out.events[truncate_at:]
     assert reads(before) == [0, 1, 2, 3, 4]
     assert reads(after) == [6, 8, 11]  # chunk 2 again, from key 4, up to the bound 14
-    dump = committed(run.store).dumps.get(future.result(0))  # type: ignore[arg-type]
+    dump = committed(run.store).dumps.get(future.result(0))
     assert dump.state is DumpState.DONE
     assert_replay_equals_source(out.events, db)
     assert_no_time_travel(out.events, book)
@@ -719,6 +722,7 @@ def test_engine_in_a_thread_with_concurrent_writers() -> None:
             k = rng.randrange(250)
             db.transaction([(rng.choice(["upsert", "delete", "update"]), t, {"id": k, "v": n})])
         end = db.log[-1].position  # the last data change; only watermarks follow
+        assert end is not None
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             dumps, position = engine.status()["dumps"], engine.delivery.state.position
@@ -748,6 +752,7 @@ def test_partial_update_inside_a_window_reads_the_key_again() -> None:
 
     def toast(item: Any) -> Any:
         if (isinstance(item, ChangeEvent) and item.op is Op.UPDATE and item.before
+                and isinstance(item.after, dict)
                 and item.after and item.before.get("blob") == item.after.get("blob")):
             item.after = {c: v for c, v in item.after.items() if c != "blob"}
             item.unchanged = ("blob",)
