@@ -46,3 +46,17 @@ def test_no_hasattr_probing() -> None:
                     and node.func.id == "hasattr":
                 calls.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not calls, calls
+
+
+def test_every_package_is_listed_for_the_wheel() -> None:
+    """pyproject.toml lists packages by name (package-dir maps connectors/ and outputs/): a
+    package left out would be missing from the installed wheel."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    listed = set(config["tool"]["setuptools"]["packages"])
+    names = {"dblog": "dblog", "connectors": "dblog.connectors", "outputs": "dblog.outputs"}
+    found = {".".join([names[init.relative_to(ROOT).parts[0]],
+                       *init.relative_to(ROOT).parts[1:-1]])
+             for tree in TREES for init in (ROOT / tree).rglob("__init__.py")}
+    assert found - listed == set()
