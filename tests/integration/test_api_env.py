@@ -3,9 +3,10 @@ and its API server, made once per test module."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from dblog.api.config import ApiConfig
 from dblog.api.server import ApiServer
 from dblog.app.pipeline import Pipeline
 from dblog.connectors.postgres import PostgresConnector
+from dblog.core.model import ChangeEvent
 from dblog.engine import EngineSettings
 from dblog.outputs.jsonl import JsonlOutput
 
@@ -88,9 +90,23 @@ def create_tables(dsn: str, rows: int) -> None:
         conn.execute("ANALYZE")
 
 
+class GatedOutput(JsonlOutput):
+    """A jsonl output whose writes wait while its gate is closed (a stalled output)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def write(self, events: Sequence[ChangeEvent]) -> None:
+        self.gate.wait(120)
+        super().write(events)
+
+
 @contextmanager
 def running(admin_dsn: str, tmp: Path, rows: int = 20_000,
-            settings: EngineSettings | None = None) -> Iterator[Env]:
+            settings: EngineSettings | None = None,
+            output: JsonlOutput | None = None) -> Iterator[Env]:
     """A pipeline on a fresh database with ``rows`` rows in t_int, and its API (token set)."""
     import os
 
@@ -102,7 +118,7 @@ def running(admin_dsn: str, tmp: Path, rows: int = 20_000,
                                               heartbeat_interval_s=0.5)
         pipeline = Pipeline(PostgresConnector({"dsn": dsn, "slot": slot,
                                                "tables": ["public.*"]}, "api"),
-                            [JsonlOutput({"path": str(tmp / "out.jsonl")})],
+                            [output or JsonlOutput({"path": str(tmp / "out.jsonl")})],
                             state_path=str(tmp / "state.json"), settings=settings).start()
         server = ApiServer(pipeline, ApiConfig(token_env="DBLOG_TEST_API_TOKEN"),
                            instance="test").start()
