@@ -11,7 +11,7 @@ import msgspec
 import orjson
 
 from dblog.core.model import ChangeEvent, EncodedRow, Op, TableId, TableInfo
-from dblog.formats.base import TableLookup, no_tables
+from dblog.formats.base import Record, TableLookup, no_tables
 
 
 def native_document(event: ChangeEvent, decoded: bool = False) -> dict[str, Any]:
@@ -76,6 +76,13 @@ class NativeFormat:
 
     def encode(self, event: ChangeEvent, table: TableInfo | None = None) -> bytes:
         return self.line(event)[:-1]
+
+    def encode_records(self, event: ChangeEvent, table: TableInfo | None = None
+                       ) -> list[Record]:
+        """One record per event, keyed by the key values as a JSON array (none for events
+        without a key)."""
+        key = None if event.key is None else orjson.dumps(event.key)
+        return [Record(key, self.line(event)[:-1])]
 
     def line(self, event: ChangeEvent) -> bytes:
         """``orjson.dumps(native_document(event))`` plus a newline, byte for byte."""

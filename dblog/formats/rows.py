@@ -1,0 +1,70 @@
+"""Rows of canonical values to a format's values, column by column, through converters chosen
+once per table from the column types (so a column maps alike in log and dump events)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from dblog.core.model import EncodedRow, Key, Row, RowImage, TableInfo
+from dblog.errors import FatalOutputError
+
+Converter = Callable[[Any], Any]
+"""Maps one non-null canonical value."""
+
+
+def _unknown(value: Any) -> Any:
+    """The marker of a column the table's metadata does not have."""
+    raise AssertionError("never called")
+
+
+class RowMapper:
+    """The converters of one table's columns (None: the canonical value is the format's)."""
+
+    def __init__(self, format_name: str, info: TableInfo,
+                 converters: Mapping[str, Converter | None]) -> None:
+        self.format_name = format_name
+        self.info = info
+        self.converters = dict(converters)
+        self.identity = all(c is None for c in self.converters.values())
+        self._types = {c.name: c.type_name for c in info.columns}
+
+    def image(self, image: RowImage) -> Any:
+        """A row image as the format carries it; a pre-encoded dump row whose columns all map
+        to themselves is embedded as is (an orjson fragment), without a decode."""
+        if isinstance(image, EncodedRow):
+            if self.identity:
+                return orjson.Fragment(image.json)
+            return self.values(image.decode())
+        return self.values(image)
+
+    def values(self, row: Row) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        converters = self.converters
+        for name, value in row.items():
+            convert = converters.get(name, _unknown)
+            if convert is _unknown:
+                raise FatalOutputError(
+                    f"{self.format_name}: column {name!r} of {self.info.table} is not in the "
+                    "table's metadata, so its type (and value form) is unknown",
+                    fix="the output's table lookup must follow schema changes (refresh the "
+                        "table's metadata on its schema event)")
+            out[name] = value if value is None or convert is None else \
+                self._convert(convert, name, value)
+        return out
+
+    def key(self, key: Key) -> dict[str, Any]:
+        """The key as an object of key columns, values mapped like the row's."""
+        return self.values(dict(zip(self.info.key_columns, key, strict=True)))
+
+    def _convert(self, convert: Converter, name: str, value: Any) -> Any:
+        try:
+            return convert(value)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise FatalOutputError(
+                f"{self.format_name}: cannot map {self.info.table}.{name} "
+                f"({self._types.get(name)}) value {value!r}: {exc}",
+                fix="report this value: the format's type mapping does not cover it "
+                    "(docs/formats.md)") from exc
