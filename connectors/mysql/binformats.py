@@ -25,6 +25,7 @@ Prefixed = Callable[[bytes], Any]
 _EPOCH_DAY = datetime.date(1970, 1, 1).toordinal()
 _DECIMAL_BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 _FRACTION_BYTES = (0, 1, 1, 2, 2, 3, 3)
+_CACHED = 4096  # formatted temporal values remembered per column
 _WIDE = (("utf16le_", "utf-16-le"), ("utf16_", "utf-16-be"), ("utf32_", "utf-32-be"),
          ("ucs2_", "utf-16-be"))
 
@@ -56,18 +57,36 @@ def _fraction(fsp: int) -> tuple[int, int]:
     return size, 10 ** (6 - 2 * size) if size else 0
 
 
+def _cached(width: int, compute: Callable[[bytes], Any]) -> Fixed:
+    """A reader that remembers recent raw values: an update's two images, and rows written
+    together, mostly carry the same temporal values, and formatting costs more than a lookup."""
+    cache: dict[bytes, Any] = {}
+
+    def read(buf: bytes, pos: int) -> Any:
+        raw = buf[pos:pos + width]
+        try:
+            return cache[raw]
+        except KeyError:
+            if len(cache) >= _CACHED:
+                cache.clear()
+            text = cache[raw] = compute(raw)
+            return text
+
+    return read
+
+
 def timestamp2(fsp: int) -> tuple[int, Fixed]:
     size, scale = _fraction(fsp)
 
-    def read(buf: bytes, pos: int) -> str | None:
-        seconds = int.from_bytes(buf[pos:pos + 4], "big")
-        micros = int.from_bytes(buf[pos + 4:pos + 4 + size], "big") * scale if size else 0
+    def compute(raw: bytes) -> str | None:
+        seconds = int.from_bytes(raw[:4], "big")
+        micros = int.from_bytes(raw[4:], "big") * scale if size else 0
         if seconds == 0 and micros == 0:
             return None  # the zero TIMESTAMP
         days, rest = divmod(seconds, 86400)
         return f"{_day(days)} {_clock(rest // 3600, rest // 60 % 60, rest % 60, micros)}"
 
-    return 4 + size, read
+    return 4 + size, _cached(4 + size, compute)
 
 
 def _date_text(year: int, month: int, day: int) -> str | None:
@@ -79,9 +98,9 @@ def _date_text(year: int, month: int, day: int) -> str | None:
 def datetime2(fsp: int) -> tuple[int, Fixed]:
     size, scale = _fraction(fsp)
 
-    def read(buf: bytes, pos: int) -> str | None:
-        packed = int.from_bytes(buf[pos:pos + 5], "big") - 0x8000000000
-        micros = int.from_bytes(buf[pos + 5:pos + 5 + size], "big") * scale if size else 0
+    def compute(raw: bytes) -> str | None:
+        packed = int.from_bytes(raw[:5], "big") - 0x8000000000
+        micros = int.from_bytes(raw[5:], "big") * scale if size else 0
         ymd, hms = packed >> 17, packed & 0x1FFFF
         year_month = ymd >> 5
         date = _date_text(year_month // 13, year_month % 13, ymd & 31)
@@ -89,7 +108,7 @@ def datetime2(fsp: int) -> tuple[int, Fixed]:
             return None
         return f"{date} {_clock(hms >> 12, hms >> 6 & 63, hms & 63, micros)}"
 
-    return 5 + size, read
+    return 5 + size, _cached(5 + size, compute)
 
 
 def time2(fsp: int) -> tuple[int, Fixed]:
@@ -122,32 +141,37 @@ def date3(buf: bytes, pos: int) -> str | None:
 
 def decimal(precision: int, scale: int) -> tuple[int, Fixed]:
     """MySQL's binary DECIMAL: groups of 9 digits in 4 big-endian bytes, the leftover digits in
-    fewer, the sign in the first bit (negative values have every bit inverted)."""
+    fewer, the sign in the first bit (negative values have every bit inverted). Read as one
+    big integer and split by shifts."""
     integral = precision - scale
     lead, full_int = _DECIMAL_BYTES[integral % 9], integral // 9
     full_frac, tail = scale // 9, scale % 9
-    tail_bytes = _DECIMAL_BYTES[tail]
-    size = lead + 4 * (full_int + full_frac) + tail_bytes
+    tail_bits = _DECIMAL_BYTES[tail] * 8
+    size = lead + 4 * (full_int + full_frac) + tail_bits // 8
+    flip, ones = 1 << (size * 8 - 1), (1 << size * 8) - 1
+    fraction_bits = 32 * full_frac + tail_bits
+
+    def digits(value: int, groups: int, last_bits: int, last_digits: int) -> int:
+        """Groups of 9 decimal digits (32 bits each), then ``last_digits`` in the low bits."""
+        out, shift = value & ((1 << last_bits) - 1) if last_bits else 0, last_bits
+        scale_up = 10 ** last_digits
+        for _ in range(groups):
+            out += (value >> shift & 0xFFFFFFFF) * scale_up
+            shift, scale_up = shift + 32, scale_up * 1_000_000_000
+        return out
 
     def read(buf: bytes, pos: int) -> str:
-        raw = bytearray(buf[pos:pos + size])
-        negative = not raw[0] & 0x80
-        raw[0] ^= 0x80
+        value = int.from_bytes(buf[pos:pos + size], "big") ^ flip
+        negative = bool(value & flip)  # the stored sign bit was 0
         if negative:
-            raw = bytearray(b ^ 0xFF for b in raw)
-        at, digits = lead, str(int.from_bytes(raw[:lead], "big")) if lead else ""
-        for _ in range(full_int):
-            digits += f"{int.from_bytes(raw[at:at + 4], 'big'):09d}"
-            at += 4
-        fraction = ""
-        for _ in range(full_frac):
-            fraction += f"{int.from_bytes(raw[at:at + 4], 'big'):09d}"
-            at += 4
-        if tail:
-            fraction += f"{int.from_bytes(raw[at:at + tail_bytes], 'big'):0{tail}d}"
-        whole = digits.lstrip("0") or "0"
-        text = f"{whole}.{fraction}" if scale else whole
-        return "-" + text if negative and text.strip("0.") else text
+            value ^= ones
+        whole = digits(value >> fraction_bits, full_int, 0, 0) + (
+            (value >> (fraction_bits + 32 * full_int)) * 10 ** (9 * full_int) if lead else 0)
+        if not scale:
+            return f"-{whole}" if negative and whole else str(whole)
+        part = digits(value & ((1 << fraction_bits) - 1), full_frac, tail_bits, tail)
+        text = f"{whole}.{part:0{scale}d}"
+        return "-" + text if negative and (whole or part) else text
 
     return size, read
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import itertools
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -91,7 +92,8 @@ KINDS: list[Kind] = [
     Kind("bit(1)", st.integers(0, 1)), Kind("bit(13)", st.integers(0, 2**13 - 1)),
     Kind("bit(64)", st.integers(0, 2**64 - 1)),
     Kind("json", st.dictionaries(st.text(max_size=3), st.integers() | _TEXT, max_size=3)
-         .map(lambda d: str(d).replace("'", '"'))),
+         .map(lambda d: json.dumps(d, ensure_ascii=False))
+         | st.sampled_from(['{"k": 1, "k": "é"}', '[1, 2.50, {"a" : null}]'])),
     Kind("uuid", st.uuids().map(str)), Kind("inet4", st.ip_addresses(v=4).map(str)),
     Kind("inet6", st.ip_addresses(v=6).map(str)),
     Kind("point", st.tuples(st.floats(-1e9, 1e9), st.floats(-1e9, 1e9))
