@@ -112,9 +112,9 @@ class Model:
             self.rows.clear()
             self.transaction(Op.TRUNCATE)
         else:
-            key = self.pick(action[1])
-            if key is not None:
-                self._on_row(kind, key, action)
+            picked = self.pick(action[1])
+            if picked is not None:
+                self._on_row(kind, picked, action)
 
     def _on_row(self, kind: str, key: Key, action: tuple[Any, ...]) -> None:
         old = self.rows[key]
@@ -123,8 +123,8 @@ class Model:
             if kind == "toast":
                 new["big"] = old["big"]
             self.rows[key] = new
-            after = {c: v for c, v in new.items() if kind != "toast" or c != "big"}
-            self.transaction(Op.UPDATE, key=key, before=dict(old), after=after,
+            image = {c: v for c, v in new.items() if kind != "toast" or c != "big"}
+            self.transaction(Op.UPDATE, key=key, before=dict(old), after=image,
                              unchanged=("big",) if kind == "toast" else ())
         elif kind == "rekey":
             new_key = (action[2], key[1])

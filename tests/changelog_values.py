@@ -182,7 +182,7 @@ _CANAL_BINARY = {-2, -3, -4, 2004}
 
 def canal_reverse(family: str, mysql_type: str, sql_type: int) -> Reverse:
     """The value a consumer writes back for a Canal string of a column of this type."""
-    base, argument, unsigned = type_parts(mysql_type)
+    base, _, unsigned = type_parts(mysql_type)
     if family == "postgresql":
         table: dict[int, Reverse] = {16: lambda v: v == "true", 2014: _pg_tz_text}
     else:
@@ -191,7 +191,7 @@ def canal_reverse(family: str, mysql_type: str, sql_type: int) -> Reverse:
             table[sql_type] = unbase64_hex
     if sql_type in _CANAL_INTS and not (family == "postgresql" and base.startswith("bit")):
         table.setdefault(sql_type, int)
-    if family == "mysql" and (unsigned and base == "bigint" or base == "year"):
+    if family == "mysql" and ((unsigned and base == "bigint") or base == "year"):
         table[sql_type] = int
     for code in _CANAL_FLOATS:
         table.setdefault(code, float)

@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 from dblog.connectors.mysql.positions import BinlogPosition, MariadbGtid, MysqlGtidSet
 from dblog.connectors.postgres.positions import Lsn
 from dblog.core.model import ChangeEvent, EncodedRow, Op, TableId
+from dblog.core.positions import Position
 from dblog.errors import ConfigError, FatalOutputError
 from dblog.formats.base import Record, format_by_name
 from dblog.formats.changelog import LoggedImages
 from dblog.formats.debezium import DebeziumFormat
-from tests.changelog_consumers import ConsumerError, DebeziumConsumer, Ddl, apply_lines
+from tests.changelog_consumers import ConsumerError, Ddl, DebeziumConsumer, apply_lines
 from tests.changelog_streams import TYPES, actions, expected_rows, run, table_info
 
 
@@ -138,7 +139,7 @@ def test_truncate_is_emitted_skipped_or_refused_and_markers_are_counted() -> Non
     assert skipping.encode_records(ChangeEvent(Op.SCHEMA, info.table, position=Lsn(2)),
                                    info) == []
     assert skipping.skipped == {"truncate": 1, "begin": 1, "commit": 1, "schema": 1}
-    with pytest.raises(FatalOutputError, match="TRUNCATE of public.items"):
+    with pytest.raises(FatalOutputError, match=r"TRUNCATE of public\.items"):
         DebeziumFormat(truncate="fail").encode_records(truncate, info)
 
 
@@ -146,11 +147,11 @@ def test_row_events_need_the_table_metadata_and_known_columns() -> None:
     info = table_info("postgresql")
     insert = ChangeEvent(Op.INSERT, info.table, (1, "a"), None, dict(ROW), Lsn(1), 1,
                          "2024-05-01 12:00:00+00", seq=1)
-    with pytest.raises(FatalOutputError, match="no metadata .* for table public.items"):
+    with pytest.raises(FatalOutputError, match=r"no metadata .* for table public\.items"):
         DebeziumFormat().encode_records(insert, None)
     extra = ChangeEvent(Op.INSERT, info.table, (1, "a"), None, {**ROW, "added": 1}, Lsn(1), 1,
                         "2024-05-01 12:00:00+00", seq=1)
-    with pytest.raises(FatalOutputError, match="column 'added' of public.items"):
+    with pytest.raises(FatalOutputError, match=r"column 'added' of public\.items"):
         DebeziumFormat().encode_records(extra, info)
 
 
@@ -179,11 +180,12 @@ def test_the_source_block_carries_each_sources_position() -> None:
     assert document["source"]["snapshot"] == "incremental" and document["op"] == "r"
     assert document["transaction"] is None and document["ts_ms"] == 1500
     my = table_info("mysql")
-    for position, connector, gtid, file in [
+    cases: list[tuple[Position, str, str | None, str | None]] = [
             (MariadbGtid(((0, 1, 4), (1, 2, 625))), "mariadb", "1-2-625", None),
             (MysqlGtidSet.parse("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-625"), "mysql",
              "3e11fa47-71ca-11e1-9e33-c80aa9429562:625", None),
-            (BinlogPosition("mysql-bin.000003", 1234), "mysql", None, "mysql-bin.000003")]:
+            (BinlogPosition("mysql-bin.000003", 1234), "mysql", None, "mysql-bin.000003")]
+    for position, connector, gtid, file in cases:
         event = ChangeEvent(Op.INSERT, my.table, (1, "a"), None, dict(ROW), position, 625,
                             "2024-05-01 12:00:00+00", seq=3)
         source = orjson.loads(DebeziumFormat().encode_records(event, my)[0].value
