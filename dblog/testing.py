@@ -31,7 +31,7 @@ from dblog.core.positions import Position, register_position
 from dblog.engine.settings import PhaseHooks
 from dblog.errors import DumpRequestError
 from dblog.formats.native import native_document
-from dblog.spi import Chunk, Finding, StoredState
+from dblog.spi import Checkpoint, Chunk, Finding, StoredState
 
 
 class FakeClock:
@@ -328,6 +328,43 @@ class ListOutput:
 
     def close(self) -> None:
         pass
+
+
+class TransactionalListOutput(ListOutput):
+    """A :class:`dblog.spi.CheckpointingOutput` in memory, like a transactional target: writes
+    are pending until a flush commits them together with the checkpoint; open drops what was
+    never committed; events replayed up to the last committed seq are skipped."""
+
+    def __init__(self, name: str = "transactional") -> None:
+        super().__init__(name)
+        self.pending: list[ChangeEvent] = []
+        self.checkpoint: Checkpoint | None = None
+        self.last_committed = 0
+        self.skipped = 0
+
+    def open(self, committed_seq: int) -> None:
+        self.pending = []  # an open transaction is aborted
+
+    def write(self, events: Sequence[ChangeEvent]) -> None:
+        fresh = [e for e in events if e.seq > self.last_committed]
+        self.skipped += len(events) - len(fresh)
+        if self.fail_next is not None:
+            error, self.fail_next = self.fail_next, None
+            raise error
+        self.pending.extend(fresh)
+
+    def flush(self) -> int:
+        return self.last_committed  # without a checkpoint nothing is committed
+
+    def flush_checkpoint(self, checkpoint: Checkpoint) -> int:
+        self.events.extend(self.pending)
+        if self.pending:
+            self.last_committed = self.pending[-1].seq
+        self.pending, self.checkpoint = [], checkpoint
+        return self.last_committed
+
+    def committed_checkpoint(self) -> Checkpoint | None:
+        return self.checkpoint
 
 
 class MemoryStateStore:

@@ -22,9 +22,17 @@ from dblog.core.model import ChangeEvent
 from dblog.core.positions import Position
 from dblog.engine.sinks import InlineSink, Sink, ThreadedSink
 from dblog.errors import FatalOutputError, LeadershipLost
-from dblog.spi import Clock, FencedOutput, Output, StateStore
+from dblog.spi import (
+    Checkpoint,
+    CheckpointingOutput,
+    Clock,
+    FencedOutput,
+    Output,
+    PipelineBound,
+    StateStore,
+)
 from dblog.spi.metrics import Counters, MetricsSink
-from dblog.state import state_to_json
+from dblog.state import state_from_json, state_to_json
 
 log = logging.getLogger("dblog.engine.delivery")
 
@@ -43,6 +51,7 @@ class Delivery:
         max_retries: int = 8,
         threaded: bool = False,
         max_batches: int = 4,
+        pipeline: str = "dblog",
     ) -> None:
         if not outputs:
             raise FatalOutputError("a pipeline needs at least one output")
@@ -55,7 +64,7 @@ class Delivery:
         self.epoch = epoch
         self.batch_size = batch_size
         self.max_retries = max_retries
-        self.threaded, self.max_batches = threaded, max_batches
+        self.threaded, self.max_batches, self.pipeline = threaded, max_batches, pipeline
         self.sinks: list[Sink] = []
         self.state = PipelineState()
         self.version: int | None = None
@@ -78,9 +87,34 @@ class Delivery:
         self._check_leader()  # opening an output may cut it back: a leader's act
         self.state, self.version, self.last_seq = state, version, state.seq
         self._batch, self._points = [], []
+        for output in self.outputs:
+            if isinstance(output, PipelineBound):
+                output.bind(self.pipeline, self.epoch)
         self.sinks = [self._sink(output) for output in self.outputs]
         for sink in self.sinks:
             sink.open(state.seq)
+        self._adopt_newer_checkpoint()
+
+    def _adopt_newer_checkpoint(self) -> None:
+        """An output that committed a checkpoint past the state store's (a crash between its
+        commit and the store's save) decides where this run resumes: its state is saved to
+        the store and replaces the loaded one. Only sound when every output committed it, so
+        such an output must be the pipeline's only one."""
+        checkpoints = [o.committed_checkpoint() for o in self.outputs
+                       if isinstance(o, CheckpointingOutput)]
+        newer = [c for c in checkpoints if c is not None and c.seq > self.state.seq]
+        if not newer:
+            return
+        if len(self.outputs) > 1:
+            raise FatalOutputError(
+                f"output checkpoint at seq {newer[0].seq} is ahead of the state (seq "
+                f"{self.state.seq}) and other outputs may not have those events",
+                fix="run an output that commits checkpoints (exactly-once) as the only output")
+        state = state_from_json(newer[0].state)
+        log.warning("resuming from the output's checkpoint at seq %d (the state store had %d)",
+                    state.seq, self.state.seq)
+        self.save(state)
+        self.last_seq = state.seq
 
     def _sink(self, output: Output) -> Sink:
         if self.threaded:
@@ -128,16 +162,26 @@ class Delivery:
         acknowledgement (``wait``: of everything delivered, waiting for the flushes)."""
         self.deliver()
         self._check_leader()  # a frozen leader resumed between deliver and flush
+        checkpoint = self._checkpoint()
         if wait:
-            acks = {sink.name: sink.sync() for sink in self.sinks}
+            acks = {sink.name: sink.sync(checkpoint) for sink in self.sinks}
         else:
             for sink in self.sinks:
-                sink.request_flush()
+                sink.request_flush(checkpoint)
             acks = {sink.name: sink.acknowledged() for sink in self.sinks}
         done, self._points = split_acknowledged(self._points, min_acknowledged(acks))
         if done:
             self.save(apply_points(self.state, done))
         return self.state
+
+    def _checkpoint(self) -> Checkpoint | None:
+        """The state after every pending commit point (all are at or below what was handed
+        to the outputs), for outputs that commit it with their data."""
+        if not self._points or not any(isinstance(o, CheckpointingOutput)
+                                       for o in self.outputs):
+            return None
+        state = apply_points(self.state, self._points)
+        return Checkpoint(self.pipeline, self.epoch, state_to_json(state))
 
     def save(self, state: PipelineState) -> None:
         if state == self.state and self.version is not None:

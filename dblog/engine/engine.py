@@ -85,7 +85,8 @@ class Engine:
         self.delivery = Delivery(outputs, store, self.clock, epoch=self.election.epoch,
                                  batch_size=self.settings.batch_size,
                                  threaded=self.settings.output_threads,
-                                 max_batches=self.settings.output_queue_batches)
+                                 max_batches=self.settings.output_queue_batches,
+                                 pipeline=connector.instance)
         self.delivery.is_leader = self.election.is_leader
         self.metrics = metrics or Counters()
         """Counts for the metrics endpoint (events, output calls, lag); in :meth:`status`."""
@@ -149,6 +150,7 @@ class Engine:
         stored = self.store.load()
         state = PipelineState() if stored is None else state_from_json(stored.data)
         self.delivery.resume(state, None if stored is None else stored.version)
+        state = self.delivery.state  # an output's newer checkpoint may have replaced it
         recent = RecentTransactions(self.settings.recent_keys)
         boundary = TransactionBoundary(self.delivery, state.position, state.seq)
         scheduler = DumpScheduler(self.settings, self.knobs, self.clock, chunks, runner,
@@ -156,7 +158,7 @@ class Engine:
         scheduler.live = state.dumps
         self.scheduler = scheduler
         self.captured = tuple(str(t) for t in chunks.list_tables())
-        if stored is None:
+        if stored is None and state.seq == 0:
             self.delivery.save(state)
             for tables in self.settings.initial_dumps:
                 self.request_dump(tables)

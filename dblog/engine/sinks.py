@@ -25,7 +25,7 @@ from typing import Protocol
 
 from dblog.core.model import ChangeEvent
 from dblog.runtime.retry import retry
-from dblog.spi import Clock, DiscardingOutput, Output
+from dblog.spi import Checkpoint, CheckpointingOutput, Clock, DiscardingOutput, Output
 
 log = logging.getLogger("dblog.engine.sinks")
 _PUT_WAIT_S = 0.1
@@ -39,14 +39,15 @@ class Sink(Protocol):
     def write(self, batch: Sequence[ChangeEvent]) -> None:
         """Hand a batch over (may block while the output is behind)."""
 
-    def request_flush(self) -> None:
-        """Ask for everything handed over to be made durable (without waiting)."""
+    def request_flush(self, checkpoint: Checkpoint | None = None) -> None:
+        """Ask for everything handed over to be made durable (without waiting), with
+        ``checkpoint`` where the output commits one (:class:`CheckpointingOutput`)."""
 
     def acknowledged(self) -> int:
         """The highest sequence number the output reported durable so far."""
         ...
 
-    def sync(self) -> int:
+    def sync(self, checkpoint: Checkpoint | None = None) -> int:
         """Make everything handed over durable, wait for it, return the acknowledgement."""
         ...
 
@@ -73,15 +74,21 @@ class InlineSink:
         retry(lambda: self.output.write(batch), f"write to {self.name}", self.clock,
               attempts=self.attempts)
 
-    def request_flush(self) -> None:
-        self._acked = retry(self.output.flush, f"flush {self.name}", self.clock,
-                            attempts=self.attempts)
+    def request_flush(self, checkpoint: Checkpoint | None = None) -> None:
+        self._acked = self._flush(checkpoint)
+
+    def _flush(self, checkpoint: Checkpoint | None) -> int:
+        output = self.output
+        if checkpoint is not None and isinstance(output, CheckpointingOutput):
+            return retry(lambda: output.flush_checkpoint(checkpoint), f"flush {self.name}",
+                         self.clock, attempts=self.attempts)
+        return retry(output.flush, f"flush {self.name}", self.clock, attempts=self.attempts)
 
     def acknowledged(self) -> int:
         return self._acked
 
-    def sync(self) -> int:
-        self.request_flush()
+    def sync(self, checkpoint: Checkpoint | None = None) -> int:
+        self.request_flush(checkpoint)
         return self._acked
 
     def close(self) -> None:
@@ -95,9 +102,11 @@ class InlineSink:
 
 
 class _Flush:
-    """A flush request in the queue; ``done`` is set once the worker handled it."""
+    """A flush request in the queue; ``done`` is set once the worker handled it. Its
+    checkpoint never changes once queued: it covers only what was queued before it."""
 
-    def __init__(self) -> None:
+    def __init__(self, checkpoint: Checkpoint | None) -> None:
+        self.checkpoint = checkpoint
         self.done = threading.Event()
 
 
@@ -124,17 +133,17 @@ class ThreadedSink(InlineSink):
     def write(self, batch: Sequence[ChangeEvent]) -> None:
         self._put(list(batch))
 
-    def request_flush(self) -> None:
+    def request_flush(self, checkpoint: Checkpoint | None = None) -> None:
         if self._flush_pending is None:  # one outstanding flush is enough
-            self._flush_pending = _Flush()
+            self._flush_pending = _Flush(checkpoint)
             self._put(self._flush_pending)
 
     def acknowledged(self) -> int:
         self._raise()
         return self._acked
 
-    def sync(self) -> int:
-        flush = _Flush()
+    def sync(self, checkpoint: Checkpoint | None = None) -> int:
+        flush = _Flush(checkpoint)
         self._put(flush)
         while not flush.done.wait(_PUT_WAIT_S):
             self._raise()
@@ -194,9 +203,7 @@ class ThreadedSink(InlineSink):
 
     def _handle(self, item: object) -> None:
         if isinstance(item, _Flush):
-            acked = retry(self.output.flush, f"flush {self.name}", self.clock,
-                          attempts=self.attempts)
-            self._acked = acked
+            self._acked = self._flush(item.checkpoint)
             self._release(item)
         else:
             assert isinstance(item, list)

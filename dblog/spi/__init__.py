@@ -19,7 +19,14 @@ Implementations live in ``dblog.connectors.*``, ``dblog.outputs.*``, ``dblog.sta
 from dblog.spi.control import Control, DumpRequest
 from dblog.spi.findings import Checkable, Finding
 from dblog.spi.runtime import Clock, LeaderElection
-from dblog.spi.sink import DiscardingOutput, FencedOutput, Output
+from dblog.spi.sink import (
+    Checkpoint,
+    CheckpointingOutput,
+    DiscardingOutput,
+    FencedOutput,
+    Output,
+    PipelineBound,
+)
 from dblog.spi.source import (
     Chunk,
     ChunkReader,
@@ -33,8 +40,26 @@ from dblog.spi.source import (
 from dblog.spi.state import StateStore, StoredState
 
 __all__ = [
-    "Checkable", "Chunk", "ChunkReader", "Clock", "Control", "DiscardingOutput", "DumpRequest",
-    "FencedOutput", "Finding", "LeaderElection", "LogReader", "Output", "PendingWindow",
-    "SourceConnector", "StateStore", "StoredState", "WakeableLogReader", "WatermarkWriter",
+    "Checkable",
+    "Checkpoint",
+    "CheckpointingOutput",
+    "Chunk",
+    "ChunkReader",
+    "Clock",
+    "Control",
+    "DiscardingOutput",
+    "DumpRequest",
+    "FencedOutput",
+    "Finding",
+    "LeaderElection",
+    "LogReader",
+    "Output",
+    "PendingWindow",
+    "PipelineBound",
+    "SourceConnector",
+    "StateStore",
+    "StoredState",
+    "WakeableLogReader",
+    "WatermarkWriter",
     "WindowChunkReader",
 ]

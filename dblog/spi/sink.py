@@ -5,6 +5,7 @@ for :class:`~dblog.spi.findings.Checkable`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from dblog.core.model import ChangeEvent
@@ -47,3 +48,51 @@ class DiscardingOutput(Protocol):
     :meth:`Output.close`, so nothing it still holds is written after its successor started."""
 
     def discard(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The pipeline state as of a commit point, for an output to commit atomically with its
+    data. ``state`` is the JSON the state store holds (position, seq, dumps)."""
+
+    pipeline: str
+    epoch: int
+    state: dict[str, object]
+
+    @property
+    def seq(self) -> int:
+        seq = self.state.get("seq", 0)
+        assert isinstance(seq, int)
+        return seq
+
+
+@runtime_checkable
+class PipelineBound(Protocol):
+    """An output that needs to know its pipeline and the leader epoch (a transactional id,
+    headers, fencing in the target); told once per run, before :meth:`Output.open`."""
+
+    def bind(self, pipeline: str, epoch: int) -> None: ...
+
+
+@runtime_checkable
+class CheckpointingOutput(Protocol):
+    """An output that commits a :class:`Checkpoint` in the same target transaction as its data
+    (a Kafka transaction, a SQL transaction, a Delta commit), so a crash between its commit and
+    the state store's save loses nothing and duplicates nothing:
+
+    * :meth:`flush_checkpoint` replaces :meth:`Output.flush`: it makes everything written so
+      far durable together with ``checkpoint`` (whose seq is at most the last written seq) and
+      returns the highest durable seq. The target refuses the commit when a newer epoch
+      committed already.
+    * :meth:`committed_checkpoint`, after :meth:`Output.open`, returns the checkpoint of the
+      output's last commit (None: none). When it is ahead of the state store's, the engine
+      adopts it: the run resumes from that state. Events the output committed past the
+      checkpoint's seq (the open source transaction at that point) come again on replay with
+      the same sequence numbers, and the output skips them: the log replays identically from
+      a commit point, and chunk rows are always followed by a commit point before the next
+      flush.
+    """
+
+    def flush_checkpoint(self, checkpoint: Checkpoint) -> int: ...
+
+    def committed_checkpoint(self) -> Checkpoint | None: ...
