@@ -38,5 +38,8 @@ def _deps_path() -> str:
     import pydantic
     import yaml
 
-    dirs = {str(Path(m.__file__).resolve().parents[1]) for m in (orjson, psycopg, pydantic, yaml)}
+    dirs = set()
+    for module in (orjson, psycopg, pydantic, yaml):
+        assert module.__file__ is not None, f"{module.__name__} has no file"
+        dirs.add(str(Path(module.__file__).resolve().parents[1]))
     return ":".join(sorted(dirs))

@@ -14,12 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from dblog.core.model import TableId
 from dblog.core.positions import Position
 from dblog.errors import DblogError, FatalSourceError
+from dblog.spi import Finding
 
 from . import catalog, setup
 from .chunks import PostgresChunkReader, PostgresWatermarkWriter, connect
 from .errors import classify
 from .replication import PostgresLogReader
-from .setup import Finding
 from .wal2json import Wal2JsonDecoder
 
 __all__ = ["Finding", "PostgresConfig", "PostgresConnector"]

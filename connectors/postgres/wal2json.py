@@ -96,7 +96,7 @@ def _key_getter(columns: tuple[str, ...]) -> Callable[[Row], Key]:
         name = columns[0]
         return lambda row: (row[name],)
     getter = itemgetter(*columns)
-    return lambda row: getter(row)  # type: ignore[no-any-return]
+    return lambda row: getter(row)
 
 
 class Wal2JsonDecoder:

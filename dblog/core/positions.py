@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 
 from dblog.errors import StateError
 
@@ -23,6 +23,16 @@ class Position(Protocol):
     def encode(self) -> str:
         """The stable string form, ``decode_position`` reverses it."""
         ...
+
+    # the order, declared so that comparing two positions type-checks (tests wait for a
+    # committed position to reach a target); only positions of one kind compare meaningfully
+    def __lt__(self, other: Self, /) -> bool: ...
+
+    def __le__(self, other: Self, /) -> bool: ...
+
+    def __gt__(self, other: Self, /) -> bool: ...
+
+    def __ge__(self, other: Self, /) -> bool: ...
 
 
 class Ordered:

@@ -228,7 +228,8 @@ def test_reopen_with_the_same_or_a_higher_committed_seq_keeps_everything(harness
 
 
 def test_repeated_restarts_continue_the_stream_exactly(harness: Any) -> None:
-    committed, written = 0, []
+    committed = 0
+    written: list[dict[str, Any]] = []
     for round_ in range(4):
         output = harness.new_output()
         output.open(committed)
@@ -246,7 +247,7 @@ def test_repeated_restarts_continue_the_stream_exactly(harness: Any) -> None:
 # -- jsonl specifics ------------------------------------------------------------------------
 
 
-def jsonl(tmp_path: Path) -> tuple[JsonlHarness, JsonlOutput]:
+def jsonl(tmp_path: Path) -> tuple[JsonlHarness, Output]:
     harness = JsonlHarness(tmp_path)
     output = harness.new_output()
     assert isinstance(output, JsonlOutput)
@@ -320,7 +321,7 @@ def test_jsonl_cut_across_read_blocks(tmp_path: Path) -> None:
     output.open(0)
     events = make_events(1, 400)
     for i, event in enumerate(events):
-        if event.after is not None:
+        if isinstance(event.after, dict):  # make_events builds every after-image as a dict
             event.after = {**event.after, "pad": "x" * (37 * i % 3000)}
     assert events[203].op is Op.INSERT
     events[203].after = {"id": 204, "pad": "y" * 70_000}  # one line longer than a block

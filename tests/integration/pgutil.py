@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import psycopg
 
+from dblog.app.pipeline import Pipeline
 from dblog.connectors.postgres.chunks import PostgresChunkReader
 from dblog.connectors.postgres.positions import Lsn
 from dblog.core.model import EncodedRow, TableId
@@ -45,6 +46,15 @@ def current_lsn(dsn: str) -> Lsn:
         row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
         assert row is not None
         return Lsn.parse(row[0])
+
+
+def dump_state(pipeline: Pipeline, dump_id: str) -> str:
+    """The state of a dump the pipeline knows; an unknown id fails the test at once (it is
+    not a state to wait out)."""
+    status = pipeline.dump_status(dump_id)
+    assert status is not None, f"the pipeline does not know dump {dump_id}"
+    state: str = status["state"]
+    return state
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:

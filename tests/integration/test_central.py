@@ -16,6 +16,7 @@ from dblog.outputs.jsonl import JsonlOutput
 from .pgutil import (
     check_commit_order,
     check_no_time_travel,
+    dump_state,
     read_events,
     replayed,
     wait_until,
@@ -50,9 +51,9 @@ def test_concurrent_writers_keep_i1_i2_i3(kit: Kit, tmp_path: Path) -> None:
     kit.create_schema(rows=2000)
     pipeline = _pipeline(kit, tmp_path).start()
     try:
-        with kit.writers(rows=2000, count=3, pause_s=0.005) as writers:
+        with kit.writers(rows=2000, count=3) as writers:
             dump_id = pipeline.dump(kit.tables)
-            wait_until(lambda: pipeline.dump_status(dump_id)["state"] == "done", 240, "the dump")
+            wait_until(lambda: dump_state(pipeline, dump_id) == "done", 240, "the dump")
             # a fast dump may end before much was written: keep writing up to a fair amount
             wait_until(lambda: writers.committed > 100, 60, "100 writer transactions")
         assert not writers.errors, writers.errors
@@ -104,7 +105,7 @@ def test_dml_inside_the_window_drops_the_conflicting_chunk_rows(kit: Kit,
     pipeline = _pipeline(kit, tmp_path, PhaseHooks(after_low, before_high)).start()
     try:
         dump_id = pipeline.dump([kit.table("t_int")])
-        wait_until(lambda: pipeline.dump_status(dump_id)["state"] == "done", 120, "the dump")
+        wait_until(lambda: dump_state(pipeline, dump_id) == "done", 120, "the dump")
         _catch_up(pipeline, kit)
     finally:
         pipeline.stop()

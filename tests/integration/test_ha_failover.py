@@ -62,8 +62,11 @@ def test_three_instances_sigkill_the_leader_mid_dump_repeatedly(
             for round_ in range(3):
                 leaders.append(leader)
                 before = (cluster.dump() or (0, ""))[0]
-                wait_until(lambda b=before: (cluster.dump() or (0, ""))[0] > b + 3, 60,
-                           f"{leader} to make dump progress")
+
+                def progressed(b: int = before) -> bool:
+                    return (cluster.dump() or (0, ""))[0] > b + 3
+
+                wait_until(progressed, 60, f"{leader} to make dump progress")
                 if round_ == 1:  # through the CLI, while a leader runs: stored in ZooKeeper
                     requested = cluster.cli("dump", "--table", "public.t_int")["dump_id"]
                 progress = cluster.dump()
@@ -184,8 +187,11 @@ def test_zookeeper_outage_and_restart_pause_capture_and_lose_nothing(
                 # progress is measured from a state read once the server is back: commits made
                 # just before the outage must not pass for capture after it
                 back = _state_once_reachable(cluster)
-                wait_until(lambda b=back: (cluster.state() or b).seq > b.seq + 100, 60,
-                           "capture to continue after the outage")
+
+                def continued(b: PipelineState = back) -> bool:
+                    return (cluster.state() or b).seq > b.seq + 100
+
+                wait_until(continued, 60, "capture to continue after the outage")
                 assert cluster.leader() == leader, "a short outage keeps the leader"
             wait_until(lambda: (cluster.dump() or (0, ""))[1] == "done", 240, "dump to finish")
             writers.stop()

@@ -18,7 +18,7 @@ from dblog.errors import ConfigError, DumpRequestError, FatalSourceError
 from dblog.harness.postgres import start_postgres
 from dblog.outputs.jsonl import JsonlOutput
 
-from .pgutil import read_events, replayed, source_rows, wait_until
+from .pgutil import dump_state, read_events, replayed, source_rows, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +53,7 @@ def test_idle_database_slot_advances_and_idle_table_dump_completes(pg_dsn: str,
         second = _confirmed(pg_dsn)
         wait_until(lambda: _confirmed(pg_dsn) > second, 20, "the slot to keep advancing")
         dump_id = pipeline.dump(["public.idle"])
-        wait_until(lambda: pipeline.dump_status(dump_id)["state"] == "done", 30, "the dump")
+        wait_until(lambda: dump_state(pipeline, dump_id) == "done", 30, "the dump")
     finally:
         pipeline.stop()
     events = read_events(tmp_path / "out.jsonl")
@@ -78,7 +78,7 @@ def test_toast_unchanged_column_is_never_emitted_as_null(pg_dsn: str, tmp_path: 
             conn.execute("UPDATE doc SET n = n + 1 WHERE id <= 5")
             conn.execute("UPDATE docfull SET n = n + 1 WHERE id <= 5")
         dump_id = pipeline.dump(["public.doc", "public.docfull"])
-        wait_until(lambda: pipeline.dump_status(dump_id)["state"] == "done", 60, "the dump")
+        wait_until(lambda: dump_state(pipeline, dump_id) == "done", 60, "the dump")
         wait_until(lambda: len([e for e in read_events(tmp_path / "out.jsonl")
                                 if e["op"] == "update"]) >= 10, 30, "the updates")
     finally:
@@ -113,7 +113,7 @@ def test_table_without_primary_key_can_use_named_key(pg_dsn: str, tmp_path: Path
     pipeline = _pipeline(pg_dsn, tmp_path, key_columns={"public.nopk": ["a"]}).start()
     try:
         dump_id = pipeline.dump(["public.nopk"])
-        wait_until(lambda: pipeline.dump_status(dump_id)["state"] == "done", 30, "the dump")
+        wait_until(lambda: dump_state(pipeline, dump_id) == "done", 30, "the dump")
     finally:
         pipeline.stop()
     reads = [e for e in read_events(tmp_path / "out.jsonl") if e["op"] == "read"]
@@ -173,7 +173,7 @@ def test_dump_request_on_an_idle_log_is_accepted_without_waiting_for_the_poll(
         requested = time.monotonic()
         dump_id = pipeline.dump(["public.wake"], timeout=25.0)
         accepted_s = time.monotonic() - requested
-        wait_until(lambda: pipeline.dump_status(dump_id)["state"] == "done", 25, "the dump")
+        wait_until(lambda: dump_state(pipeline, dump_id) == "done", 25, "the dump")
         stopping = time.monotonic()
     finally:
         pipeline.stop()

@@ -22,6 +22,7 @@ from .pgutil import (
     check_commit_order,
     check_no_time_travel,
     current_lsn,
+    dump_state,
     read_events,
     replayed,
     source_rows,
@@ -77,7 +78,7 @@ def test_source_restart_is_retried_without_loss(own_server: PostgresServer,
         wait_until(lambda: (pipeline.dump_status(dump_id) or {}).get("tables", [{}])[0]
                    .get("chunks", 0) >= 3, 60, "a few chunks")
         own_server.restart(down_s=1.0)
-        wait_until(lambda: pipeline.dump_status(dump_id)["state"] == "done", 180,
+        wait_until(lambda: dump_state(pipeline, dump_id) == "done", 180,
                    "the dump to finish after the outage")
         stop.set()
         writer.join(10)

@@ -12,7 +12,7 @@ from dblog.connectors.postgres import PostgresConnector
 from dblog.engine import EngineSettings
 from dblog.outputs.jsonl import JsonlOutput
 
-from .pgutil import read_events, wait_until
+from .pgutil import dump_state, read_events, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +53,7 @@ def test_log_and_dump_values_are_identical_for_every_type(pg_dsn: str, tmp_path:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute(f"INSERT INTO alltypes VALUES {', '.join(ROWS)}")
         dump_id = pipeline.dump(["public.alltypes"])
-        wait_until(lambda: pipeline.dump_status(dump_id)["state"] == "done", 30, "the dump")
+        wait_until(lambda: dump_state(pipeline, dump_id) == "done", 30, "the dump")
         wait_until(lambda: pipeline.status()["committed_seq"] >= pipeline.status()["emitted_seq"],
                    10, "the flush")
     finally:

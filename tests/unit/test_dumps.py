@@ -42,8 +42,7 @@ def run_range_dump(rows: list[int], chunk_size: int, table: TableId = A) -> tupl
     while (plan := next_chunk(dump, chunk_size)) is not None:
         assert plan.table == table and plan.keys is None and not plan.needs_start
         assert plan.upper == upper
-        picked = [k for k in rows
-                  if (plan.after is None or (k,) > plan.after) and (k,) <= plan.upper][:chunk_size]
+        picked = _pick(rows, plan, chunk_size)
         chunks.append(picked)
         last = (picked[-1],) if picked else None
         dump = complete_chunk(dump, plan, last, len(picked), len(picked), chunk_size)
@@ -140,8 +139,7 @@ def test_upper_bound_stops_the_dump() -> None:
     bounded = start_table(tables_dump([A], "d2"), A, (5,), 0)
     reads: list[list[int]] = []
     while (plan := next_chunk(bounded, 3)) is not None:
-        picked = [k for k in rows_then_more
-                  if (plan.after is None or (k,) > plan.after) and (k,) <= plan.upper][:3]
+        picked = _pick(rows_then_more, plan, 3)
         reads.append(picked)
         bounded = complete_chunk(bounded, plan, (picked[-1],) if picked else None, len(picked),
                                  len(picked), 3)
@@ -329,7 +327,8 @@ def test_finished_dumps_beyond_the_retention_are_forgotten() -> None:
     ids = [d.id for d in queue.dumps]
     assert len(ids) == KEEP_FINISHED + 1
     assert ids[0] == "d5" and ids[-1] == "live", "the oldest finished dumps go first"
-    assert queue.active() is not None and queue.active().id == "live"
+    active = queue.active()
+    assert active is not None and active.id == "live"
 
 
 def _pick(rows: list[int], plan: ChunkPlan, chunk_size: int) -> list[int]:

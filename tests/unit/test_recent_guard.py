@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from dblog.core.model import TableId
+from dblog.core.model import ChangeEvent, Key, TableId, TableInfo
 from dblog.core.recent import UNKNOWN, RecentTransactions
 from dblog.engine import Engine, EngineSettings
 from dblog.spi import Chunk
@@ -47,20 +47,21 @@ class LaggingChunkReader(MemoryChunkReader):
         super().__init__(db)
         self.stale, self.pending = stale, pending
 
-    def read_chunk(self, info, after, upper, limit):  # type: ignore[no-untyped-def]
+    def read_chunk(self, info: TableInfo, after: Key | None, upper: Key | None,
+                   limit: int) -> Chunk:
         chunk = super().read_chunk(info, after, upper, limit)
         rows = [(k, self.stale.get(k, r)) for k, r in chunk.rows]
         return Chunk(rows, self.pending)
 
 
-def _run(lagging: bool) -> tuple[list[object], MemoryDatabase]:
+def _run(lagging: bool) -> tuple[list[ChangeEvent], MemoryDatabase]:
     db = MemoryDatabase()
     t = db.create_table("public.t", ["id", "v"], ["id"])
     db.transaction([("insert", t, {"id": i, "v": 0}) for i in range(10)])
     db.transaction([("update", t, {"id": 3, "v": 1})])  # the lagging transaction
     lag_txid = 2
     connector = MemoryConnector(db)
-    stale = {(3,): {"id": 3, "v": 0}} if lagging else {}
+    stale: dict[tuple[int, ...], dict[str, int]] = {(3,): {"id": 3, "v": 0}} if lagging else {}
     connector.chunk_reader = lambda: LaggingChunkReader(  # type: ignore[method-assign]
         db, stale, frozenset({lag_txid}) if lagging else frozenset())
     out = ListOutput()

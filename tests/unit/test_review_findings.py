@@ -7,7 +7,6 @@ from typing import Any
 
 import orjson
 import pytest
-from engine_script import Run, assert_replay_equals_source, fast_settings
 
 from dblog.connectors.postgres.wal2json import Wal2JsonDecoder
 from dblog.core.model import ChangeEvent, Key, LogItem, Op, TableId, TableInfo
@@ -21,6 +20,7 @@ from dblog.testing import (
     MemoryDatabase,
     MemoryStateStore,
 )
+from tests.unit.engine_script import Run, assert_replay_equals_source, fast_settings, row_of
 
 T = TableId("public", "t")
 
@@ -62,8 +62,8 @@ def catch_up_after_one_read(reader: LaggingChunkReader) -> None:
     """The reader's snapshot catches up once a chunk was read (a re-read sees everything)."""
     original = reader.read_chunk
 
-    def read_once(*args: Any) -> Chunk:
-        chunk = original(*args)
+    def read_once(info: TableInfo, after: Key | None, upper: Key | None, limit: int) -> Chunk:
+        chunk = original(info, after, upper, limit)
         reader.stale, reader.pending = None, frozenset()
         return chunk
 
@@ -117,7 +117,7 @@ def test_unchanged_toast_update_in_a_forwarded_invisible_transaction_is_refetche
 
     def toast(item: LogItem) -> LogItem:
         if isinstance(item, ChangeEvent) and item.op is Op.UPDATE and item.txid == 1:
-            after = {c: v for c, v in dict(item.after or {}).items() if c != "big"}
+            after = {c: v for c, v in row_of(item.after or {}).items() if c != "big"}
             return ChangeEvent(item.op, item.table, item.key, None, after, item.position,
                                item.txid, item.commit_ts, item.old_key, ("big",))
         return item

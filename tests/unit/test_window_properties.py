@@ -7,10 +7,20 @@ transaction. I2 then reads: per key, versions in the output never go back.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine_script import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dblog.core.dumps import ChunkPlan
+from dblog.core.model import ChangeEvent, Key, Op, RowImage, TableId, Watermark
+from dblog.core.window import ChunkWindow, on_change, on_watermark, open_window, surviving_rows
+from dblog.engine import PhaseHooks
+from dblog.state import state_from_json
+from dblog.testing import ListOutput, MemoryChunkReader, MemoryDatabase, MemoryStateStore, replay
+from tests.unit.engine_script import (
     Run,
     VersionBook,
     assert_log_order,
@@ -20,15 +30,6 @@ from engine_script import (
     fast_settings,
     source_rows,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from dblog.core.dumps import ChunkPlan
-from dblog.core.model import ChangeEvent, Op, TableId, Watermark
-from dblog.core.window import on_change, on_watermark, open_window, surviving_rows
-from dblog.engine import PhaseHooks
-from dblog.state import state_from_json
-from dblog.testing import ListOutput, MemoryChunkReader, MemoryDatabase, MemoryStateStore, replay
 
 KEYS = 24
 
@@ -111,7 +112,7 @@ def window_scenarios(draw: st.DrawFn) -> WindowScenario:
 
 def run_window(db: MemoryDatabase, table: TableId, s: WindowScenario, book: VersionBook,
                tables: list[TableId], start: int, txs: dict[str, list[Any]],
-               name: str) -> tuple[list[ChangeEvent], int, list[tuple[Any, Any]], bool]:
+               name: str) -> tuple[list[ChangeEvent], int, Sequence[tuple[Key, RowImage]], bool]:
     """One chunk: log up to L, L, txs, SELECT, txs, H, txs; then feed the log from ``start``
     through the window functions. Returns emitted events, the log offset reached, the chunk
     SELECT result and whether the window was discarded."""
@@ -131,7 +132,7 @@ def run_window(db: MemoryDatabase, table: TableId, s: WindowScenario, book: Vers
     for tx in txs["after_high"]:
         apply_tx(db, book, tables, tx)
 
-    window = open_window(table, low, high, selected)
+    window: ChunkWindow | None = open_window(table, low, high, selected)
     out: list[ChangeEvent] = []
     discarded = False
     for item in db.log[start:]:

@@ -9,16 +9,6 @@ import threading
 from typing import Any
 
 import pytest
-from engine_script import (
-    Run,
-    VersionBook,
-    assert_log_order,
-    assert_no_time_travel,
-    assert_replay_equals_source,
-    assert_seq_contiguous,
-    fast_settings,
-)
-from test_engine_memory import committed, make_db, reads, truncate_before_high
 
 from dblog.core.dumps import ChunkPlan, DumpState
 from dblog.core.model import Op
@@ -31,6 +21,16 @@ from dblog.testing import (
     MemoryStateStore,
     MemoryWindowChunkReader,
 )
+from tests.unit.engine_script import (
+    Run,
+    VersionBook,
+    assert_log_order,
+    assert_no_time_travel,
+    assert_replay_equals_source,
+    assert_seq_contiguous,
+    fast_settings,
+)
+from tests.unit.test_engine_memory import committed, make_db, reads, truncate_before_high
 
 
 def window_settings(chunk_size: int) -> Any:
