@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import Any, ClassVar, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from dblog.errors import StateError
+
+if TYPE_CHECKING:  # typing.Self is 3.11+; dblog supports 3.10
+    from typing import Self
 
 
 @runtime_checkable
