@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from importlib.metadata import PackageNotFoundError, version
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -38,10 +38,14 @@ from dblog.formats.coltypes import Family, parse_type
 from dblog.formats.debezium_values import debezium_converter
 from dblog.formats.rows import RowMapper
 
-try:
-    VERSION = f"dblog-{version('dblog')}"
-except PackageNotFoundError:  # a source tree that is not installed
-    VERSION = "dblog"
+
+@lru_cache(maxsize=1)
+def dblog_version() -> str:
+    """``source.version``: ``dblog-<version>`` (read when first needed: the package's
+    ``__init__`` may still be importing when this module is)."""
+    import dblog
+
+    return f"dblog-{dblog.__version__}"
 
 _OPS = {"insert": "c", "read": "r", "update": "u", "delete": "d", "truncate": "t"}
 
@@ -100,7 +104,7 @@ class DebeziumFormat(ChangelogFormat):
     def _source(self, event: ChangeEvent, connector: Connector) -> dict[str, Any]:
         table, position = event.table, event.position
         ts = commit_millis(event.commit_ts)
-        common = {"version": VERSION, "connector": connector, "name": self.dbz.server_name,
+        common = {"version": dblog_version(), "connector": connector, "name": self.dbz.server_name,
                   "ts_ms": self.now_millis() if ts is None else ts,
                   "snapshot": "incremental" if event.op is Op.READ else "false"}
         where = {"schema": table.schema if table else None,
