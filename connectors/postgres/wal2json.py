@@ -28,6 +28,7 @@ class Message(msgspec.Struct, gc=False):
 
     action: str
     xid: int | None = None
+    nextlsn: str | None = None
     timestamp: str | None = None
     schema: str | None = None
     table: str | None = None
@@ -52,8 +53,11 @@ def _parse(payload: bytes | memoryview | str) -> Message:
         raise FatalSourceError(f"unreadable wal2json message ({exc}): {text!r}",
                                fix="check that the slot uses wal2json format-version 2") from exc
 
-# The XLogData header already carries each change's LSN, so include-lsn is not needed.
+# The XLogData header carries each change's LSN; include-lsn adds ``nextlsn`` to BEGIN: the end
+# of the transaction's commit record, so a BEGIN event carries its transaction's commit order
+# (replica outputs guard rows by it without holding a transaction until its COMMIT).
 WAL2JSON_OPTIONS: dict[str, str] = {
+    "include-lsn": "1",
     "format-version": "2",
     "include-xids": "1",
     "include-timestamp": "1",
@@ -162,9 +166,10 @@ class Wal2JsonDecoder:
         action = msg.action
         if action in _ROW_ACTIONS:
             return self._row_event(msg, _ROW_ACTIONS[action], header_lsn)
-        if action == "B":
+        if action == "B":  # positioned at its commit's end, as its COMMIT will be
+            commit_end = Lsn.parse(msg.nextlsn) if msg.nextlsn else Lsn(header_lsn)
             return ChangeEvent(Op.BEGIN, None, txid=msg.xid, commit_ts=msg.timestamp,
-                               position=Lsn(header_lsn))
+                               position=commit_end)
         if action == "C":
             # the message header of COMMIT carries the commit record's end: the resume point
             return ChangeEvent(Op.COMMIT, None, txid=msg.xid, commit_ts=msg.timestamp,
