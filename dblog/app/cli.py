@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config)
         logging.basicConfig(level=config.log_level,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per API call
         if args.command == "run":
             return _run(config)
         if args.command == "check":

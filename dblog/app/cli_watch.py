@@ -33,11 +33,12 @@ def watch(fetch: Callable[[], list[dict[str, Any]]], sleep: Callable[[float], No
                         TextColumn("{task.fields[table]}"), TimeRemainingColumn(),
                         console=console)
     tasks: dict[str, TaskID] = {}
+    first = True
     with Live(progress, console=console, refresh_per_second=4, transient=False):
         while True:
             dumps = fetch()
-            for d in dumps:
-                if d["state"] not in ACTIVE and d["id"] not in tasks:
+            for d in dumps:  # at first every dump, then those active and those shown
+                if not first and d["state"] not in ACTIVE and d["id"] not in tasks:
                     continue
                 fields = {"dump": d["id"], "state": d["state"],
                           "table": d.get("current_table") or ""}
@@ -48,4 +49,5 @@ def watch(fetch: Callable[[], list[dict[str, Any]]], sleep: Callable[[float], No
                 progress.update(tasks[d["id"]], completed=completed, total=total, **fields)
             if not any(d["state"] in ("queued", "running") for d in dumps):
                 return
+            first = False
             sleep(interval)
