@@ -188,3 +188,19 @@ def apply_lines(consumer: DebeziumConsumer | CanalConsumer, lines: Iterable[byte
     for line in lines:
         if line.strip():
             consumer.apply(None, line)
+
+
+def differences(actual: Rows, expected: Rows) -> list[tuple[Any, ...]]:
+    """(row, column, rebuilt value, source value) of every cell that differs; missing and
+    extra rows as (row, None, rebuilt, source)."""
+    out: list[tuple[Any, ...]] = []
+    for entry in sorted(actual.keys() | expected.keys(), key=repr):
+        mine, theirs = actual.get(entry), expected.get(entry)
+        if mine is None or theirs is None:
+            out.append((entry, None, mine, theirs))
+            continue
+        for column in sorted(mine.keys() | theirs.keys()):
+            if mine.get(column, "<absent>") != theirs.get(column, "<absent>"):
+                out.append((entry, column, mine.get(column, "<absent>"),
+                            theirs.get(column, "<absent>")))
+    return out

@@ -168,7 +168,7 @@ def debezium_reverse(family: str, type_name: str) -> Reverse:
     base, argument, _ = type_parts(type_name)
     if family == "postgresql" and base.endswith("[]"):
         element = debezium_reverse(family, base[:-2])
-        return lambda v: pg_array_literal(v, element)
+        return lambda v: None if v is None else pg_array_literal(v, element)
     reverse = _pg_reverse(base, argument) if family == "postgresql" else \
         _mysql_reverse(base, argument)
     return lambda v: None if v is None else reverse(v)
