@@ -199,3 +199,25 @@ def test_replica_identity_default_stops_a_debezium_output_with_the_fix(
     assert "public.plain" in caught.value.message
     assert caught.value.fix is not None
     assert "ALTER TABLE public.plain REPLICA IDENTITY FULL" in caught.value.fix
+
+
+def test_as_logged_under_replica_identity_default_emits_what_postgres_logged(
+        pg_dsn: str, tmp_path: Path) -> None:
+    """The documented limitation: updates without a before image, TOAST columns left out of
+    the after image (``unchanged_columns: omit``), deletes with the key columns only."""
+    pg = Kit("postgres", pg_dsn)
+    pg.execute("CREATE TABLE plain (id int PRIMARY KEY, v text, big text)")
+    pg.execute(f"INSERT INTO plain VALUES (1, 'a', {BIG}), (2, 'b', 'small')")
+
+    def changes(kit: Kit) -> None:
+        kit.execute("UPDATE plain SET v = 'kept big' WHERE id = 1")
+        kit.execute("DELETE FROM plain WHERE id = 2")
+
+    fmt = DebeziumFormat(before_image="as-logged", unchanged_columns="omit")
+    _run(pg, tmp_path, [pg.table("plain")], {"debezium": fmt}, changes)
+    documents = [orjson.loads(line) for line in
+                 (tmp_path / "debezium.jsonl").read_bytes().splitlines()]
+    update = next(d for d in documents if d["op"] == "u")
+    assert update["before"] is None and update["after"] == {"id": 1, "v": "kept big"}
+    delete = next(d for d in documents if d["op"] == "d")
+    assert delete["before"] == {"id": 2} and delete["after"] is None
