@@ -52,6 +52,7 @@ from dblog.spi import Clock
 from .db import Endpoint
 from .decoder import BinlogDecoder, parse_ddl
 from .errors import StreamLost, classify
+from .fastpath import FastPath
 from .flavor import Flavor
 from .retry import with_backoff
 
@@ -69,13 +70,20 @@ class GuardedConnection(pymysql.connections.Connection):  # type: ignore[misc]
     """A PyMySQL connection whose lost-connection errors escape mysql-replication's own
     reconnect loop (see the module docstring)."""
 
+    fast_path: FastPath | None = None  # set on a per-stream subclass (MysqlLogReader._open)
+
     def _read_packet(self, packet_type: Any = pymysql.connections.MysqlPacket) -> Any:
         try:
-            return super()._read_packet(packet_type)
+            packet = super()._read_packet(packet_type)
         except pymysql.err.OperationalError as exc:
             if exc.args and exc.args[0] in _LOST:
                 raise StreamLost(str(exc)) from exc
             raise
+        if self.fast_path is not None:
+            replacement = self.fast_path.intercept(packet._data)
+            if replacement is not None:
+                return packet_type(replacement, self.encoding)
+        return packet
 
 
 class StartRecord(Protocol):
@@ -120,6 +128,8 @@ class MysqlLogReader:
         self._txid: int | None = None
         self._ts: str | None = None
         self._handed = 0  # items of the open transaction handed out
+        self._pending: list[LogItem] = []  # items the fast path decoded inside a fetch
+        self._fast = FastPath(self._fast_rows, self._checksum)
         self._skip = 0  # items to drop after a reconnect inside a transaction
 
     # -- connection -----------------------------------------------------------------------
@@ -146,12 +156,14 @@ class MysqlLogReader:
     def _open(self) -> None:
         assert self._committed is not None
         args = self.flavor.stream_arguments(self._committed)
+        self._fast = FastPath(self._fast_rows, self._checksum)  # table ids are per connection
+        wrapper = type("FastGuardedConnection", (GuardedConnection,), {"fast_path": self._fast})
         try:
             self._stream = BinLogStreamReader(
                 connection_settings=self.endpoint.replication_settings(),
                 server_id=self.server_id, blocking=True, only_events=_EVENTS,
                 freeze_schema=True,
-                slave_heartbeat=self.heartbeat_s, pymysql_wrapper=GuardedConnection,
+                slave_heartbeat=self.heartbeat_s, pymysql_wrapper=wrapper,
                 only_schemas=self.only_schemas, enable_logging=False,
                 report_slave=(self.report_name, self.endpoint.user, "", 0),
                 slave_uuid=str(uuid.uuid5(uuid.NAMESPACE_DNS, self.report_name)), **args)
@@ -205,6 +217,9 @@ class MysqlLogReader:
             event = self._fetch()
             if event is None:
                 raise RetryableSourceError("the server ended the binlog stream")
+            if self._pending:  # rows the fast path decoded come before this event
+                items += self._pending
+                self._pending = []
             packet = getattr(event, "packet", None)
             if not isinstance(event, HeartbeatLogEvent):
                 self._on_event(event, items, packet)  # reads the rows through the packet
@@ -213,7 +228,9 @@ class MysqlLogReader:
             # rarely) and memory grows by kilobytes per event in the meantime
             event.packet = None
             if isinstance(event, HeartbeatLogEvent):
-                if items or time.monotonic() >= deadline:
+                if self._fast.replaced:  # stands for a row event or table map
+                    self._fast.replaced = False
+                elif items or time.monotonic() >= deadline:
                     break
                 continue
             if items and time.monotonic() >= deadline:
@@ -250,6 +267,7 @@ class MysqlLogReader:
         if op is not None:
             position = self._tx_position or self._file_position(packet)
             self._hand(out, self.decoder.rows(event, op, position, self._txid, self._ts))
+            self._fast.learn(event.table_id, self.decoder.plan_for(event))
         elif kind is MariadbGtidEvent:
             assert isinstance(self._committed, MariadbGtid)
             self._begin(out, self._committed.with_gtid(
@@ -300,12 +318,25 @@ class MysqlLogReader:
         parse costs more than the rows of a one-row statement); after DDL the table's cached
         maps are dropped, in case the server reuses the table id."""
         tables = {(t.schema, t.name) for t in parse_ddl(query, schema)[1]}
+        self._fast.forget()
         if self._stream is None or not tables:
             return
         table_map = self._stream.table_map
         for table_id, table in list(table_map.items()):
             if (table.schema, table.table) in tables:
                 del table_map[table_id]
+
+    def _fast_rows(self, op: Op, plan: Any, images: list[dict[str, Any]], log_pos: int) -> None:
+        """The fast path's rows of one event (fastpath.py), handed like the normal path's."""
+        assert self._stream is not None
+        position = self._tx_position or BinlogPosition(self._stream.log_file or "", log_pos)
+        self._hand(self._pending, self.decoder.from_images(plan, op, images, position,
+                                                           self._txid, self._ts))
+
+    def _checksum(self) -> bool:
+        """Whether this stream's events end in a CRC32 (what mysql-replication negotiated)."""
+        return bool(self._stream is not None
+                    and self._stream._BinLogStreamReader__use_checksum)
 
     def _commit(self, out: list[LogItem], event: Any, packet: Any) -> None:
         position = self._tx_position or self._file_position(packet)

@@ -184,7 +184,15 @@ class BinlogDecoder:
             return []
         if plan.codec is None:
             return self._legacy_rows(plan, event, op, position, txid, ts)
-        images = plan.codec.images(event)
+        return self.from_images(plan, op, plan.codec.images(event), position, txid, ts)
+
+    def plan_for(self, event: Any) -> TablePlan | None:
+        """The (cached) plan of a rows event's table version; None: not captured."""
+        return self._plan(event)
+
+    def from_images(self, plan: TablePlan, op: Op, images: list[Row], position: Position,
+                    txid: int | None, ts: str | None) -> list[LogItem]:
+        """Log items of one rows event's decoded images (an update: before, after, ...)."""
         if plan.watermark:
             return self._watermarks(images[1::2] if op is Op.UPDATE else images, op, position)
         table, key_of = plan.table, plan.key_of

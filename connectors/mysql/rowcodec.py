@@ -23,6 +23,8 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pymysqlreplication.row_event import UpdateRowsEvent
+
 from dblog.errors import FatalSourceError
 
 from . import binformats as bf
@@ -148,22 +150,30 @@ class RowCodec:
         self._by_nulls[bitmap] = decode
         return decode
 
-    def _check_bitmaps(self, event: Any) -> None:
-        for bitmap in (event.columns_present_bitmap,
-                       getattr(event, "columns_present_bitmap2", self.full)):
+    def check_present(self, bitmaps: Sequence[bytes], table: object) -> None:
+        """Refuse row images that leave columns out (``binlog_row_image`` not FULL)."""
+        for bitmap in bitmaps:
             if bytes(bitmap) != self.full:
                 raise FatalSourceError(
-                    f"a row event of {event.schema}.{event.table} leaves columns out "
-                    "(binlog_row_image is not FULL): dblog cannot rebuild the row",
+                    f"a row event of {table} leaves columns out (binlog_row_image is not "
+                    "FULL): dblog cannot rebuild the row",
                     fix="SET GLOBAL binlog_row_image = 'FULL' (and in my.cnf), then request "
                         "a dump of the tables changed meanwhile")
 
     def images(self, event: Any) -> list[Image]:
-        """Every row image of a rows event, in order (an update: before, after, ...)."""
-        self._check_bitmaps(event)
+        """Every row image of a mysql-replication rows event, in order (an update: before,
+        after, ...)."""
+        bitmaps = [event.columns_present_bitmap]
+        if isinstance(event, UpdateRowsEvent):
+            bitmaps.append(event.columns_present_bitmap2)
+        self.check_present(bitmaps, f"{event.schema}.{event.table}")
         packet = event.packet
         data = packet.read(event.event_size - packet.read_bytes)
-        pos, end, size, by_nulls = 0, len(data), self.bitmap_size, self._by_nulls
+        return self.decode(data, 0, len(data))
+
+    def decode(self, data: bytes, pos: int, end: int) -> list[Image]:
+        """The row images in ``data[pos:end]``."""
+        size, by_nulls = self.bitmap_size, self._by_nulls
         out: list[Image] = []
         while pos < end:
             bitmap = data[pos:pos + size]

@@ -1,0 +1,108 @@
+"""Row events of known tables decoded as they come off the socket, before mysql-replication
+builds its event objects for them.
+
+mysql-replication's framing (a packet wrapper and an event object per binlog event, a table
+map parsed for every row event of a one-row statement) costs about as much as decoding the
+rows. For a table id whose table map was already seen with the same bytes, and whose rows the
+connector decodes itself (rowcodec.py), the connection hands each row event's bytes here:
+the rows are decoded into log items at once, and mysql-replication gets a heartbeat in the
+event's place (so its position bookkeeping still moves, and the reader returns one event's
+items at a time: memory stays bounded by one event). Repeated table maps of such tables become
+heartbeats too. Everything else (GTID, query, XID, rotate events, first table maps, first row
+events of a table id, tables with columns the connector does not decode) takes
+mysql-replication's path unchanged. A rotate or a DDL statement forgets every table id.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from dblog.core.model import Op
+
+_HEADER = struct.Struct("<xIBIIIH")  # OK byte, then the 19-byte event header
+_TABLE_MAP, _ROTATE, _HEARTBEAT = 19, 4, 27
+_ROWS = {23: Op.INSERT, 24: Op.UPDATE, 25: Op.DELETE, 30: Op.INSERT, 31: Op.UPDATE,
+         32: Op.DELETE}
+RowsSink = Callable[[Op, Any, list[dict[str, Any]], int], None]
+
+
+def _length_coded(data: bytes, pos: int) -> tuple[int, int]:
+    first = data[pos]
+    if first < 251:
+        return first, pos + 1
+    width = {252: 2, 253: 3, 254: 8}[first]
+    return int.from_bytes(data[pos + 1:pos + 1 + width], "little"), pos + 1 + width
+
+
+class FastPath:
+    """Per stream connection: which table ids decode here, and the decoding (see above).
+    ``sink(op, plan, images, log_pos)`` receives each intercepted event's rows."""
+
+    def __init__(self, sink: RowsSink, checksum: Callable[[], bool]) -> None:
+        self.sink = sink
+        self._checksum_of = checksum  # known once the stream is connected
+        self.checksum: int | None = None
+        self.replaced = False  # the last packet read was replaced by a heartbeat
+        self.maps: dict[int, bytes] = {}  # table id -> its last table map's body
+        self.plans: dict[int, Any] = {}  # table id -> the decoder's TablePlan (None: skip)
+
+    def learn(self, table_id: int, plan: Any) -> None:
+        """The normal path decoded a row event of ``table_id`` with ``plan``."""
+        if table_id in self.maps and (plan is None or plan.codec is not None):
+            self.plans[table_id] = plan
+
+    def forget(self) -> None:
+        self.maps.clear()
+        self.plans.clear()
+
+    def intercept(self, data: bytes) -> bytes | None:
+        """A heartbeat packet replacing a binlog event handled here, or None."""
+        if len(data) < 26 or data[0] != 0:
+            return None
+        timestamp, kind, server_id, size, log_pos, _ = _HEADER.unpack_from(data)
+        if size != len(data) - 1 or (kind not in _ROWS and kind not in (_TABLE_MAP, _ROTATE)):
+            return None  # not a binlog event (a reply on the stream connection), or not ours
+        if self.checksum is None:
+            self.checksum = 4 if self._checksum_of() else 0
+        if kind == _ROTATE:
+            self.forget()
+            return None
+        table_id = int.from_bytes(data[20:26], "little")
+        end = len(data) - (self.checksum or 0)
+        if kind == _TABLE_MAP:
+            body = data[20:end]
+            if self.maps.get(table_id) == body and table_id in self.plans:
+                return self._heartbeat(timestamp, server_id, log_pos)
+            self.maps[table_id] = body
+            self.plans.pop(table_id, None)
+            return None
+        if table_id not in self.plans:
+            return None
+        self._rows(kind, self.plans[table_id], data, end, log_pos)
+        return self._heartbeat(timestamp, server_id, log_pos)
+
+    def _rows(self, kind: int, plan: Any, data: bytes, end: int, log_pos: int) -> None:
+        op = _ROWS[kind]
+        pos = 28  # after the table id and the flags
+        if kind >= 30:  # v2 events carry extra data
+            pos += int.from_bytes(data[pos:pos + 2], "little")
+        count, pos = _length_coded(data, pos)
+        bitmap = (count + 7) // 8
+        present = [data[pos:pos + bitmap]]
+        pos += bitmap
+        if op is Op.UPDATE:
+            present.append(data[pos:pos + bitmap])
+            pos += bitmap
+        if plan is None:
+            return  # a table that is not captured
+        codec = plan.codec
+        codec.check_present(present, plan.table)
+        self.sink(op, plan, codec.decode(data, pos, end), log_pos)
+
+    def _heartbeat(self, timestamp: int, server_id: int, log_pos: int) -> bytes:
+        self.replaced = True
+        checksum = self.checksum or 0
+        return _HEADER.pack(timestamp, _HEARTBEAT, server_id, 19 + checksum, log_pos, 0) + bytes(
+            checksum)
