@@ -1,0 +1,324 @@
+"""Replica tables in a SQL database (PostgreSQL, MySQL/MariaDB, SQLite) through SQLAlchemy 2 Core.
+
+Each source table has a replica table that stays equal to the source under replays, crashes and
+failovers (docs/outputs/sql.md): batches go through the pure apply core (:mod:`dblog.replica`)
+and each flush executes the resulting plan in **one target transaction** that also updates the
+sink checkpoint (:mod:`dblog.outputs.sql_checkpoint`), after a fence on the leader epoch:
+
+* :mod:`~dblog.outputs.sql_kinds`: the type mapping; :mod:`~dblog.outputs.sql_schema`: tables
+  created from the source's metadata or checked, added columns, the view without tombstones;
+* :mod:`~dblog.outputs.sql_write`: the guarded, batched upserts per dialect;
+* :mod:`~dblog.outputs.sql_errors`: driver errors classified by code.
+
+``write`` only buffers; ``flush`` plans the buffered events from the state of the last commit,
+so a failed flush (rolled back) is retried by planning the same events again. The table
+metadata comes from the source (:meth:`SqlOutput.set_tables`); the lookup is called on the
+output's thread, only for tables it has not seen and after a schema change.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict, field_validator
+from sqlalchemy.engine import Engine
+
+from dblog.core.model import ChangeEvent, Key, Row, TableId
+from dblog.core.positions import decode_position
+from dblog.errors import FatalOutputError, LeadershipLost
+from dblog.formats.base import TableLookup, no_tables
+from dblog.replica import ApplyState, Plan, TablePlan, plan_batch, purge_bound, scheme_for
+from dblog.spi import Checkpoint, Finding
+
+from . import sql_checkpoint as ckpt
+from .sql_errors import translated
+from .sql_kinds import DELETED, from_db, kind_of, kind_of_value
+from .sql_schema import Naming, ReplicaTable, add_columns, ensure, extra_unique, kinds_of
+from .sql_write import apply_table, decoded_rows, purge, unknown_columns
+
+_DRIVERS = {"postgresql": "postgresql+psycopg", "mysql": "mysql+mysqldb",
+            "mariadb": "mariadb+mysqldb", "sqlite": "sqlite"}
+
+
+class SqlConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: str = "sql"
+    url: str
+    """SQLAlchemy URL: ``sqlite:///replica.db``, ``postgresql+psycopg://u:p@h/db``,
+    ``mysql+mysqldb://u:p@h/db`` (``postgresql://`` and ``mysql://`` pick those drivers)."""
+    target_schema: str | None = None
+    table_name: str = "{table}"
+    view_name: str = "{table}_live"
+    checkpoint_table: str = "dblog_checkpoint"
+    pipeline: str | None = None
+    """The checkpoint row's name; default: the pipeline's (its instance name)."""
+    create_tables: bool = True
+    tombstone_margin: int | None = None
+    """Purge tombstones this far (in guard major units) below the committed position; None
+    keeps them."""
+    purge_interval_s: float = 600.0
+
+    @field_validator("url")
+    @classmethod
+    def _known_dialect(cls, url: str) -> str:
+        try:
+            parsed = sa.make_url(url)
+        except sa.exc.ArgumentError as exc:
+            raise ValueError(f"url: not a SQLAlchemy URL ({exc}); e.g. sqlite:///replica.db"
+                             ) from None
+        if parsed.get_backend_name() not in _DRIVERS:
+            raise ValueError(f"url: the sql output supports {', '.join(sorted(_DRIVERS))}, not "
+                             f"{parsed.get_backend_name()!r}")
+        return url
+
+
+def make_engine(url: str) -> Engine:
+    parsed = sa.make_url(url)
+    if "+" not in parsed.drivername:
+        parsed = parsed.set(drivername=_DRIVERS[parsed.get_backend_name()])
+    if parsed.get_backend_name() == "sqlite":
+        return sa.create_engine(parsed)
+    return sa.create_engine(parsed, pool_pre_ping=True, pool_size=2, max_overflow=2)
+
+
+class SqlOutput:
+    """A :class:`dblog.spi.Output` keeping replica tables (also CheckpointingOutput,
+    PipelineBound, FencedOutput, DiscardingOutput, Checkable)."""
+
+    config_model = SqlConfig
+
+    def __init__(self, config: SqlConfig | dict[str, Any], *, name: str | None = None,
+                 tables: TableLookup | None = None) -> None:
+        self.config = config if isinstance(config, SqlConfig) else SqlConfig(**config)
+        self.name = name or f"sql:{sa.make_url(self.config.url).render_as_string()}"
+        self.naming = Naming(self.config.target_schema, self.config.table_name,
+                             self.config.view_name)
+        self._lookup: TableLookup = tables or no_tables
+        self.pipeline, self.epoch = self.config.pipeline or "dblog", 0
+        self._fence: Callable[[], bool] | None = None
+        self._engine: Engine | None = None
+        self._ckpt_table = ckpt.checkpoint_table(self.config.checkpoint_table,
+                                                 self.config.target_schema)
+        self._replicas: dict[TableId, ReplicaTable] = {}
+        self._pending: list[ChangeEvent] = []
+        self._state = ApplyState()
+        self._scheme: str | None = None
+        self._checkpoint: Checkpoint | None = None
+        self._durable = 0
+        self._last_purge = time.monotonic()
+
+    # -- abilities --------------------------------------------------------------------------
+
+    def bind(self, pipeline: str, epoch: int) -> None:
+        """The pipeline (checkpoint row) and leader epoch (the fence) of this run."""
+        self.pipeline, self.epoch = self.config.pipeline or pipeline, epoch
+
+    def set_fence(self, may_write: Callable[[], bool]) -> None:
+        self._fence = may_write
+
+    def set_tables(self, lookup: TableLookup) -> None:
+        """Where the source's table metadata comes from (columns, types, key)."""
+        self._lookup = lookup
+
+    @property
+    def dialect(self) -> str:
+        return self._require().dialect.name
+
+    # -- the Output contract ------------------------------------------------------------------
+
+    def open(self, committed_seq: int) -> None:
+        """Connect, create the checkpoint table, claim the pipeline's row for this epoch and
+        restore what the apply core needs (scheme, truncate barriers)."""
+        if self._engine is None:
+            self._engine = make_engine(self.config.url)
+        engine = self._engine
+        with translated(engine.dialect.name, f"opening {self.name}"):
+            self._ckpt_table.create(engine, checkfirst=True)
+            ckpt.claim(engine, self._ckpt_table, self.pipeline, self.epoch)
+            stored = ckpt.load(engine, self._ckpt_table, self.pipeline)
+        assert stored is not None
+        self._scheme = stored.scheme
+        self._state = ApplyState.restored(None, stored.barriers)
+        self._checkpoint = None if stored.state is None else \
+            Checkpoint(self.pipeline, stored.epoch, stored.state)
+        self._pending, self._replicas = [], {}
+        self._durable = committed_seq
+
+    def write(self, events: Sequence[ChangeEvent]) -> None:
+        self._require()
+        self._pending.extend(events)
+
+    def flush(self) -> int:
+        return self._commit(None)
+
+    def flush_checkpoint(self, checkpoint: Checkpoint) -> int:
+        return self._commit(checkpoint)
+
+    def committed_checkpoint(self) -> Checkpoint | None:
+        return self._checkpoint
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+    def discard(self) -> None:
+        """A deposed leader: drop what is buffered, write nothing."""
+        self._pending = []
+        self.close()
+
+    # -- flushing -----------------------------------------------------------------------------
+
+    def _commit(self, checkpoint: Checkpoint | None) -> int:
+        engine = self._require()
+        if not self._pending and (checkpoint is None or checkpoint == self._checkpoint):
+            return self._durable
+        if self._fence is not None and not self._fence():
+            raise LeadershipLost(f"leadership lost: {len(self._pending)} event(s) not written "
+                                 f"to {self.name}")
+        state, plan = plan_batch(self._state, self._pending)
+        if plan.scheme is not None and self._scheme not in (None, plan.scheme):
+            raise FatalOutputError(f"{self.name}: the replica's guards are {self._scheme!r}, "
+                                   f"the stream's {plan.scheme!r}",
+                                   fix="drop the replica tables and the checkpoint row, then "
+                                       "dump the source again")
+        through = max(self._durable, plan.through_seq)
+        covered = checkpoint if checkpoint is not None and checkpoint.seq <= through else None
+        with translated(engine.dialect.name, f"flushing {self.name}"):
+            work = self._prepare(plan)
+            with engine.begin() as conn:
+                ckpt.fence(conn, self._ckpt_table, self.pipeline, self.epoch,
+                           self._values(plan, covered))
+                for table_plan, replica, rows in work:
+                    apply_table(conn, replica, table_plan, rows, engine.dialect.name)
+                self._purge(conn, covered)
+        self._state, self._pending, self._durable = state, [], through
+        self._scheme = plan.scheme or self._scheme
+        self._checkpoint = covered or self._checkpoint
+        return through
+
+    def _values(self, plan: Plan, covered: Checkpoint | None) -> dict[str, Any]:
+        state = None if covered is None else covered.state
+        position = None if state is None else state.get("position")
+        return ckpt.checkpoint_values(None if covered is None else covered.seq, state,
+                                      position if isinstance(position, str) else None,
+                                      plan.scheme, dict(plan.barriers))
+
+    def _prepare(self, plan: Plan) -> list[tuple[TablePlan, ReplicaTable, list[Row | None]]]:
+        """Each table plan with its replica table (created or evolved first: DDL runs outside
+        the data transaction) and its decoded rows."""
+        work = []
+        for table_plan in plan.tables:
+            replica = self._replica(table_plan.table)
+            if table_plan.schema:
+                self._evolve(replica, {})
+            rows = decoded_rows(table_plan)
+            unknown = unknown_columns(replica, rows)
+            if unknown:
+                self._evolve(replica, unknown)
+            work.append((table_plan, replica, rows))
+        return work
+
+    def _replica(self, table: TableId) -> ReplicaTable:
+        replica = self._replicas.get(table)
+        if replica is None:
+            info = self._lookup(table)
+            if info is None:
+                raise FatalOutputError(
+                    f"{self.name}: no metadata for source table {table}",
+                    fix="give the output the source's table metadata "
+                        "(SqlOutput(..., tables=lookup) or set_tables)")
+            replica = self._replicas[table] = ensure(self._require(), info, self.naming,
+                                                     self.config.create_tables)
+        return replica
+
+    def _evolve(self, replica: ReplicaTable, seen: dict[str, Any]) -> None:
+        """Add the columns the source has now (its metadata, else ``seen`` values' kinds)."""
+        info = self._lookup(replica.source)
+        known = kinds_of(info) if info is not None else {}
+        added = {c: k for c, k in known.items() if c not in replica.kinds}
+        for column, value in seen.items():
+            if column not in replica.kinds and column not in added:
+                added[column] = kind_of_value(value)
+        if added:
+            add_columns(self._require(), replica, added)
+
+    def _purge(self, conn: sa.Connection, covered: Checkpoint | None) -> None:
+        margin = self.config.tombstone_margin
+        if margin is None or covered is None:
+            return
+        if time.monotonic() - self._last_purge < self.config.purge_interval_s:
+            return
+        text = covered.state.get("position")
+        position = decode_position(text) if isinstance(text, str) else None
+        if position is None:
+            return
+        bound = purge_bound(scheme_for(position), position, margin)
+        for replica in self._replicas.values():
+            purge(conn, replica, bound)
+        self._last_purge = time.monotonic()
+
+    def _require(self) -> Engine:
+        if self._engine is None:
+            raise FatalOutputError(f"{self.name} is not open")
+        return self._engine
+
+    # -- readers and check --------------------------------------------------------------------
+
+    def live_rows(self, table: TableId) -> dict[Key, Row]:
+        """The replica of ``table`` as readers see it (its view: tombstones hidden), in the
+        canonical form of the source's events."""
+        replica = self._replica(table)
+        stored = replica.table
+        query = sa.select(*(stored.c[c] for c in replica.kinds)).where(
+            sa.not_(stored.c[DELETED]))
+        with self._require().connect() as conn:
+            records = conn.execute(query).mappings().all()
+        out: dict[Key, Row] = {}
+        for record in records:
+            row = {c: from_db(k, record[c]) for c, k in replica.kinds.items()}
+            out[tuple(row[k] for k in replica.key)] = row
+        return out
+
+    def check(self) -> list[Finding]:
+        """Reachability, and the existing replica tables' unique constraints: the primary
+        key must be the only unique constraint a replica upsert relies on."""
+        engine = self._engine or make_engine(self.config.url)
+        try:
+            with translated(engine.dialect.name, f"checking {self.name}"):
+                inspector = sa.inspect(engine)
+                names = inspector.get_table_names(schema=self.config.target_schema)
+                findings = [Finding("ok", f"{self.name}: connected ({engine.dialect.name})")]
+                findings += self._unique_findings(inspector, names)
+        except FatalOutputError as exc:
+            return [Finding("error", exc.message, exc.fix)]
+        except Exception as exc:  # a retryable error is still a failed check
+            return [Finding("error", f"{self.name}: {exc}", "make the target reachable")]
+        finally:
+            if engine is not self._engine:
+                engine.dispose()
+        return findings
+
+    def _unique_findings(self, inspector: Any, names: list[str]) -> list[Finding]:
+        schema = self.config.target_schema
+        bad = []
+        for name in names:
+            columns = {c["name"] for c in inspector.get_columns(name, schema=schema)}
+            if DELETED not in columns:
+                continue  # not a replica table
+            primary = inspector.get_pk_constraint(name, schema=schema)["constrained_columns"]
+            extra = extra_unique(inspector, name, schema, primary)
+            if extra:
+                bad.append(Finding("error", f"replica table {name} has unique constraints "
+                                   f"besides its primary key: {extra}",
+                                   f"drop {', '.join(extra)} on the replica"))
+        rule = Finding("ok", "replica upserts rely on the primary key alone: it must be the "
+                       "only unique constraint of each replica table (checked at start)")
+        return bad or [rule]
+
+
+__all__ = ["SqlConfig", "SqlOutput", "kind_of"]

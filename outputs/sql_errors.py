@@ -1,0 +1,90 @@
+"""Driver errors of the SQL output, classified once by error code (dblog/errors.py).
+
+Retryable: the target went away or is busy for now (connection lost or refused, the server
+shutting down or starting, a deadlock or serialization failure, SQLite's lock): the engine
+retries the flush with backoff, and the batch is planned again from the state before it.
+Fatal: everything else, in particular missing rights and a schema the replica cannot use; the
+message names the fix where the code says what it is.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import exc as sa_exc
+
+from dblog.errors import DblogError, FatalOutputError, OutputError, RetryableOutputError
+
+# PostgreSQL SQLSTATEs: class 08 (connection), admin/crash shutdown, cannot connect now,
+# serialization failure, deadlock, too many connections, lock not available
+_PG_RETRYABLE = {"57P01", "57P02", "57P03", "40001", "40P01", "53300", "55P03"}
+_PG_RIGHTS = {"42501", "28000", "28P01"}
+# MySQL/MariaDB error numbers: can't connect (2002, 2003), server gone (2006), lost (2013,
+# 2055), shutdown in progress (1053), too many connections (1040), lock wait timeout (1205),
+# deadlock (1213), connection killed (1927), client idle timeout (4031)
+_MY_RETRYABLE = {2002, 2003, 2006, 2013, 2055, 1053, 1040, 1205, 1213, 1927, 4031}
+_MY_RIGHTS = {1044, 1045, 1142, 1143, 1227, 1370}
+_SQLITE_RETRYABLE = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
+
+_RIGHTS_FIX = ("grant the output's user the rights to create tables and views and to select, "
+               "insert, update and delete in the target schema")
+
+
+def _pg(orig: BaseException) -> tuple[bool | None, str | None]:
+    import psycopg
+
+    if not isinstance(orig, psycopg.Error):
+        return None, None
+    state = orig.sqlstate
+    if state is None:
+        return True, None  # no server answer: the connection failed
+    if state.startswith("08") or state in _PG_RETRYABLE:
+        return True, state
+    return (False if state in _PG_RIGHTS else None), state
+
+
+def _mysql(orig: BaseException) -> tuple[bool | None, str | None]:
+    args = orig.args
+    code = args[0] if args and isinstance(args[0], int) else None
+    if code is None:
+        return None, None
+    if code in _MY_RETRYABLE:
+        return True, str(code)
+    return (False if code in _MY_RIGHTS else None), str(code)
+
+
+def _sqlite(orig: BaseException) -> tuple[bool | None, str | None]:
+    code = orig.sqlite_errorcode if isinstance(orig, sqlite3.Error) else None
+    if code is None:
+        return None, None
+    return (True if code & 0xFF in _SQLITE_RETRYABLE else None), str(code)
+
+
+def classify(exc: sa_exc.SQLAlchemyError, dialect: str, what: str) -> OutputError:
+    """The one classification of a SQLAlchemy/driver error: retryable, or fatal with a fix."""
+    if isinstance(exc, sa_exc.TimeoutError):  # the pool had no connection in time
+        return RetryableOutputError(f"{what}: {exc}")
+    orig = exc.orig if isinstance(exc, sa_exc.DBAPIError) else None
+    if orig is None:
+        return FatalOutputError(f"{what}: {exc}")
+    reader = {"postgresql": _pg, "sqlite": _sqlite}.get(dialect, _mysql)
+    verdict, code = reader(orig)
+    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+        verdict = True
+    text = f"{what}: {str(orig).strip()}" + (f" (code {code})" if code else "")
+    if verdict:
+        return RetryableOutputError(text)
+    return FatalOutputError(text, fix=_RIGHTS_FIX if verdict is False else None)
+
+
+@contextmanager
+def translated(dialect: str, what: str) -> Iterator[None]:
+    """Raise driver errors inside the block as classified :class:`OutputError`."""
+    try:
+        yield
+    except DblogError:
+        raise
+    except sa_exc.SQLAlchemyError as exc:
+        raise classify(exc, dialect, what) from exc

@@ -1,0 +1,169 @@
+"""The type mapping of replica columns: a source column type (``ColumnInfo.type_name``) becomes a
+*kind*, and each kind a target type per dialect (SQL) or an Arrow type (Delta).
+
+Why kinds: the events carry canonical values (docs/formats.md, docs/sources/mysql.md), the same
+for a log event and a dump row of one column. A replica stores them so that reading a row back
+gives the canonical value again (``from_db``), which is what "the replica equals the source"
+is checked against:
+
+=========  =====================================  ==========================  ==============
+kind       source types                           canonical value             SQL target
+=========  =====================================  ==========================  ==============
+INT        smallint..bigint, oid, year, bit(<64)  int                         BIGINT
+BIGUINT    bigint unsigned, bit(64)               int up to 2**64-1           NUMERIC(20,0)
+BOOL       boolean                                bool                        BOOLEAN
+FLOAT      real, double, float                    float                       DOUBLE
+DECIMAL    numeric(p,s), decimal(p,s)             exact text ``"9.90"``       NUMERIC(p,s)
+TEXT       everything else (text, varchar,        text                        TEXT / VARCHAR
+           uuid, temporal, json, binary as hex)
+JSON       unknown (``any``) or untyped columns   any JSON value              TEXT (JSON)
+=========  =====================================  ==========================  ==============
+
+SQLite stores DECIMAL and BIGUINT as TEXT (its NUMERIC affinity would round them); MySQL and
+MariaDB store an unconstrained ``numeric`` as TEXT (their DECIMAL has a fixed scale) and text
+keys as ``VARCHAR(n) COLLATE utf8mb4_bin`` (a key needs a length, and a case-insensitive
+collation would merge keys that differ in case).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+from enum import Enum
+from typing import Any
+
+import orjson
+from sqlalchemy import BigInteger, Boolean, Double, Numeric, String, Text
+from sqlalchemy.types import TypeEngine
+
+GUARD_MAJOR, GUARD_MINOR, DELETED = "_dblog_major", "_dblog_minor", "_dblog_deleted"
+GUARD_COLUMNS = (GUARD_MAJOR, GUARD_MINOR, DELETED)
+_MYSQL_KEY_LENGTH = 255
+
+
+class Kind(str, Enum):
+    INT = "int"
+    BIGUINT = "biguint"
+    BOOL = "bool"
+    FLOAT = "float"
+    DECIMAL = "decimal"
+    TEXT = "text"
+    JSON = "json"
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnKind:
+    kind: Kind
+    precision: int | None = None
+    scale: int | None = None
+    length: int | None = None
+    """Of a char/varchar/uuid source column (sizes a MySQL key column)."""
+
+
+_INTS = re.compile(r"^(tiny|small|medium|big)?int(eger)?\b|^int[248]\b|^oid\b|^year\b|"
+                   r"^serial|^bigserial|^smallserial")
+_FLOATS = re.compile(r"^(real|double|float)")
+_DECIMALS = re.compile(r"^(numeric|decimal)\s*(\(\s*(\d+)\s*(,\s*(\d+)\s*)?\))?")
+_CHARS = re.compile(r"^(character varying|varchar|character|char|nvarchar|nchar)\s*\((\d+)\)")
+_BIT = re.compile(r"^bit\s*\((\d+)\)")
+
+
+def kind_of(type_name: str) -> ColumnKind:
+    """The kind of a source column type as the connectors name it (PostgreSQL's
+    ``format_type``, MySQL's ``COLUMN_TYPE``)."""
+    name = type_name.strip().lower()
+    if name.endswith("[]") or name == "":
+        return ColumnKind(Kind.TEXT)
+    if name == "any":
+        return ColumnKind(Kind.JSON)
+    if name.startswith("bigint") and "unsigned" in name:
+        return ColumnKind(Kind.BIGUINT)
+    if bit := _BIT.match(name):
+        return ColumnKind(Kind.BIGUINT if int(bit.group(1)) >= 64 else Kind.INT)
+    if name in ("boolean", "bool"):
+        return ColumnKind(Kind.BOOL)
+    if _INTS.match(name):
+        return ColumnKind(Kind.INT)
+    if _FLOATS.match(name):
+        return ColumnKind(Kind.FLOAT)
+    if dec := _DECIMALS.match(name):
+        precision, scale = dec.group(3), dec.group(5)
+        return ColumnKind(Kind.DECIMAL, int(precision) if precision else None,
+                          int(scale or 0) if precision else None)
+    if chars := _CHARS.match(name):
+        return ColumnKind(Kind.TEXT, length=int(chars.group(2)))
+    if name == "uuid":
+        return ColumnKind(Kind.TEXT, length=36)
+    return ColumnKind(Kind.TEXT)
+
+
+def kind_of_value(value: Any) -> ColumnKind:
+    """A column the metadata does not know (added since it was read): its first value's kind."""
+    if isinstance(value, bool):
+        return ColumnKind(Kind.BOOL)
+    if isinstance(value, int):
+        return ColumnKind(Kind.INT)
+    if isinstance(value, float):
+        return ColumnKind(Kind.FLOAT)
+    if isinstance(value, str):
+        return ColumnKind(Kind.TEXT)
+    return ColumnKind(Kind.JSON)
+
+
+def _stored_as_text(kind: ColumnKind, dialect: str) -> bool:
+    if kind.kind in (Kind.TEXT, Kind.JSON):
+        return True
+    if kind.kind in (Kind.DECIMAL, Kind.BIGUINT):
+        return dialect == "sqlite" or (kind.kind is Kind.DECIMAL and kind.precision is None
+                                       and dialect in ("mysql", "mariadb"))
+    return False
+
+
+def sa_type(kind: ColumnKind, dialect: str, key: bool) -> TypeEngine[Any]:
+    """The target column type of ``kind`` (``key``: part of the primary key)."""
+    if _stored_as_text(kind, dialect):
+        if dialect in ("mysql", "mariadb"):
+            if key:
+                return String(kind.length or _MYSQL_KEY_LENGTH, collation="utf8mb4_bin")
+            return Text(2**32 - 1, collation="utf8mb4_bin")  # LONGTEXT
+        return Text()
+    if kind.kind is Kind.INT:
+        return BigInteger()
+    if kind.kind is Kind.BIGUINT:
+        return Numeric(20, 0, asdecimal=True)
+    if kind.kind is Kind.BOOL:
+        return Boolean()
+    if kind.kind is Kind.FLOAT:
+        return Double()
+    return Numeric(kind.precision, kind.scale, asdecimal=True)
+
+
+def to_db(kind: ColumnKind, dialect: str, value: Any) -> Any:
+    """A canonical value as the target column takes it."""
+    if value is None:
+        return None
+    if kind.kind is Kind.JSON:
+        return orjson.dumps(value).decode()
+    if kind.kind in (Kind.DECIMAL, Kind.BIGUINT):
+        return str(value) if _stored_as_text(kind, dialect) else Decimal(str(value))
+    return value
+
+
+def from_db(kind: ColumnKind, value: Any) -> Any:
+    """A stored value back in canonical form (what the source's events carry)."""
+    if value is None:
+        return None
+    if kind.kind is Kind.JSON:
+        return orjson.loads(value)
+    if kind.kind is Kind.BIGUINT:
+        return int(value)
+    if kind.kind is Kind.DECIMAL:
+        return format(value, "f") if isinstance(value, Decimal) else str(value)
+    if kind.kind is Kind.BOOL:
+        return bool(value)
+    if kind.kind is Kind.INT:
+        return int(value)
+    if kind.kind is Kind.FLOAT:
+        return float(value)
+    return value

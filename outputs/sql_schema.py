@@ -1,0 +1,231 @@
+"""Replica tables in the target: created from the source's metadata, or an existing one checked
+and refused with the fix when a replica cannot use it; columns the source added are added.
+
+A replica table holds the source's columns (types: :mod:`dblog.outputs.sql_kinds`), the same
+primary key, and the guard columns ``_dblog_major``, ``_dblog_minor`` (BIGINT NOT NULL) and
+``_dblog_deleted`` (BOOLEAN NOT NULL, true for a tombstone). Non-key columns are nullable
+(tombstones hold only their key). The view ``<table>_live`` (``view_name``) shows the rows
+without tombstones and without the guard columns: readers use it.
+
+DDL runs outside the data transactions: MySQL and MariaDB commit implicitly before DDL, and
+every statement here is idempotent (a crash after it only leaves the table ready).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from dblog.core.model import TableId, TableInfo
+from dblog.errors import FatalOutputError
+
+from .sql_kinds import (
+    DELETED,
+    GUARD_COLUMNS,
+    GUARD_MAJOR,
+    GUARD_MINOR,
+    ColumnKind,
+    Kind,
+    kind_of,
+    sa_type,
+)
+
+_NAME_LIMIT = {"postgresql": 63, "mysql": 64, "mariadb": 64}
+_DROP = "or drop the table (and its view) so that dblog creates it, then dump the source again"
+
+
+@dataclass
+class ReplicaTable:
+    """One replica table as the output writes it."""
+
+    source: TableId
+    table: sa.Table
+    view: str
+    key: tuple[str, ...]
+    kinds: dict[str, ColumnKind] = field(default_factory=dict)
+    """Every data column the output writes, in table order, with its kind."""
+
+
+@dataclass(frozen=True)
+class Naming:
+    """Where replica tables go: ``schema`` (None: the connection's default) and name templates
+    with ``{schema}`` and ``{table}`` (the source's)."""
+
+    schema: str | None
+    table: str
+    view: str
+
+    def names(self, source: TableId, dialect: str) -> tuple[str, str]:
+        names = (self.table.format(schema=source.schema, table=source.name),
+                 self.view.format(schema=source.schema, table=source.name))
+        limit = _NAME_LIMIT.get(dialect)
+        for name in names:
+            if limit is not None and len(name) > limit:
+                raise FatalOutputError(
+                    f"replica name {name!r} is longer than {dialect}'s {limit} characters",
+                    fix="set the sql output's table_name/view_name templates to shorter names")
+        return names
+
+
+def kinds_of(info: TableInfo) -> dict[str, ColumnKind]:
+    return {c.name: kind_of(c.type_name) for c in info.columns}
+
+
+def build_table(source: TableId, name: str, schema: str | None, kinds: dict[str, ColumnKind],
+                key: tuple[str, ...], dialect: str) -> sa.Table:
+    """The SQLAlchemy table of a replica (nothing is created here)."""
+    missing = [k for k in key if k not in kinds]
+    if not key or missing:
+        raise FatalOutputError(f"{source}: no usable primary key for a replica (key columns "
+                               f"{list(key)}, missing {missing})",
+                               fix="give the source table a primary key or set key columns")
+    columns = [sa.Column(c, sa_type(kind, dialect, c in key), primary_key=c in key,
+                         nullable=c not in key, autoincrement=False)
+               for c, kind in kinds.items()]
+    columns += [sa.Column(GUARD_MAJOR, sa.BigInteger(), nullable=False),
+                sa.Column(GUARD_MINOR, sa.BigInteger(), nullable=False),
+                sa.Column(DELETED, sa.Boolean(create_constraint=False), nullable=False)]
+    return sa.Table(name, sa.MetaData(), *columns, schema=schema)
+
+
+def _quoted(engine: Engine, schema: str | None, name: str) -> str:
+    quote = engine.dialect.identifier_preparer.quote
+    return f"{quote(schema)}.{quote(name)}" if schema else quote(name)
+
+
+def create_view(engine: Engine, replica: ReplicaTable) -> None:
+    """(Re)create the view without tombstones (after the table or its columns changed)."""
+    quote = engine.dialect.identifier_preparer.quote
+    table = replica.table
+    view = _quoted(engine, table.schema, replica.view)
+    columns = ", ".join(quote(c) for c in replica.kinds)
+    body = (f"AS SELECT {columns} FROM {_quoted(engine, table.schema, table.name)} "
+            f"WHERE NOT {quote(DELETED)}")
+    with engine.begin() as conn:
+        if engine.dialect.name == "sqlite":
+            conn.execute(sa.text(f"DROP VIEW IF EXISTS {view}"))
+            conn.execute(sa.text(f"CREATE VIEW {view} {body}"))
+        else:
+            conn.execute(sa.text(f"CREATE OR REPLACE VIEW {view} {body}"))
+
+
+def ensure(engine: Engine, info: TableInfo, naming: Naming, create: bool) -> ReplicaTable:
+    """The replica table of ``info``: created when missing (``create``), else checked, and
+    the source's columns it lacks added."""
+    dialect = engine.dialect.name
+    name, view = naming.names(info.table, dialect)
+    kinds = kinds_of(info)
+    table = build_table(info.table, name, naming.schema, kinds, info.key_columns, dialect)
+    replica = ReplicaTable(info.table, table, view, info.key_columns, kinds)
+    inspector = sa.inspect(engine)
+    if not inspector.has_table(name, schema=naming.schema):
+        if not create:
+            raise FatalOutputError(f"replica table {name} does not exist",
+                                   fix="create it, or set create_tables: true")
+        table.create(engine)
+        create_view(engine, replica)
+        return replica
+    existing = {c["name"]: c for c in inspector.get_columns(name, schema=naming.schema)}
+    check_existing(inspector, replica, existing)
+    added = {c: k for c, k in kinds.items() if c not in existing}
+    if added:
+        add_columns(engine, replica, added)
+    elif view not in inspector.get_view_names(schema=naming.schema):
+        create_view(engine, replica)
+    return replica
+
+
+def add_columns(engine: Engine, replica: ReplicaTable, added: dict[str, ColumnKind]) -> None:
+    """Add columns (nullable) to the table and to its view."""
+    dialect = engine.dialect
+    table = replica.table
+    target = _quoted(engine, table.schema, table.name)
+    with engine.begin() as conn:
+        for column, kind in added.items():
+            ddl = sa_type(kind, dialect.name, False).compile(dialect=dialect)
+            conn.execute(sa.text(f"ALTER TABLE {target} ADD COLUMN "
+                                 f"{dialect.identifier_preparer.quote(column)} {ddl}"))
+    replica.kinds.update(added)
+    replica.table = build_table(replica.source, table.name, table.schema, replica.kinds,
+                                replica.key, dialect.name)
+    create_view(engine, replica)
+
+
+def check_existing(inspector: Any, replica: ReplicaTable, existing: dict[str, Any]) -> None:
+    """Refuse an existing table a replica cannot use, naming what to change."""
+    name, schema = replica.table.name, replica.table.schema
+    guards = [c for c in GUARD_COLUMNS if c not in existing]
+    if guards:
+        raise FatalOutputError(
+            f"table {name} exists but is not a dblog replica (it has no {', '.join(guards)})",
+            fix="drop it, or set the sql output's table_name template to another name")
+    primary = inspector.get_pk_constraint(name, schema=schema)["constrained_columns"]
+    if set(primary) != set(replica.key):
+        raise FatalOutputError(
+            f"replica table {name} has primary key {primary}, the source {replica.source} "
+            f"has {list(replica.key)}", fix=f"make ({', '.join(replica.key)}) its primary key, "
+            + _DROP)
+    for column, kind in replica.kinds.items():
+        found = existing.get(column)
+        if found is None:
+            continue
+        if not compatible(kind, found["type"]):
+            raise FatalOutputError(
+                f"replica table {name}: column {column} is {found['type']}, which cannot "
+                f"hold the source's {kind.kind.value} values",
+                fix=f"change its type to {_expected(kind, inspector)}, " + _DROP)
+        if column not in replica.key and not found.get("nullable", True):
+            raise FatalOutputError(
+                f"replica table {name}: column {column} is NOT NULL, but tombstones (deleted "
+                "rows kept with their guard) hold only the key",
+                fix=f"make {column} nullable (ALTER TABLE ... DROP NOT NULL / MODIFY ... NULL)")
+    unique = extra_unique(inspector, name, schema, primary)
+    if unique:
+        raise FatalOutputError(
+            f"replica table {name} has unique constraints besides its primary key: "
+            f"{unique}; an upsert relies on the primary key alone (in flight, and among "
+            "tombstones, other unique values can repeat)",
+            fix=f"drop {', '.join(unique)} on the replica (the source enforces them)")
+
+
+def _expected(kind: ColumnKind, inspector: Any) -> str:
+    dialect = inspector.bind.dialect
+    return str(sa_type(kind, dialect.name, False).compile(dialect=dialect))
+
+
+def compatible(kind: ColumnKind, found: sa.types.TypeEngine[Any]) -> bool:
+    """Whether an existing column type holds ``kind``'s values without loss."""
+    if isinstance(found, sa.String):
+        return kind.kind in (Kind.TEXT, Kind.JSON, Kind.DECIMAL, Kind.BIGUINT)
+    if kind.kind is Kind.BOOL:
+        return isinstance(found, (sa.Boolean, sa.Integer))
+    if kind.kind is Kind.INT:
+        return isinstance(found, sa.Integer) or (
+            isinstance(found, sa.Numeric) and not isinstance(found, sa.Float)
+            and found.scale == 0)
+    if kind.kind is Kind.FLOAT:
+        return isinstance(found, sa.Float)
+    if kind.kind in (Kind.DECIMAL, Kind.BIGUINT):
+        if isinstance(found, sa.Float) or not isinstance(found, sa.Numeric):
+            return False
+        if kind.kind is Kind.BIGUINT:
+            return found.scale in (0, None) and (found.precision or 1000) >= 20
+        return kind.scale is None or found.scale == kind.scale
+    return False
+
+
+def extra_unique(inspector: Any, name: str, schema: str | None,
+                 primary: list[str]) -> list[str]:
+    """Unique constraints and unique indexes other than the primary key's columns."""
+    found: list[str] = []
+    for constraint in inspector.get_unique_constraints(name, schema=schema):
+        if set(constraint["column_names"]) != set(primary):
+            found.append(str(constraint["name"]))
+    for index in inspector.get_indexes(name, schema=schema):
+        if index.get("unique") and set(index["column_names"]) != set(primary) \
+                and str(index["name"]) not in found:
+            found.append(str(index["name"]))
+    return found
