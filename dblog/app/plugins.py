@@ -16,7 +16,8 @@ _BUILTIN = {
     "dblog.connectors": {"postgres": "dblog.connectors.postgres:PostgresConnector",
                          "mysql": "dblog.connectors.mysql:MysqlConnector",
                          "mariadb": "dblog.connectors.mysql:MysqlConnector"},
-    "dblog.outputs": {"jsonl": "dblog.outputs.jsonl:JsonlOutput"},
+    "dblog.outputs": {"jsonl": "dblog.outputs.jsonl:JsonlOutput",
+                      "kafka": "dblog.outputs.kafka:KafkaOutput"},
 }
 
 

@@ -1,0 +1,376 @@
+"""The Kafka output: a topic per table, keyed by primary key, delivery reports checked.
+
+``delivery: at-least-once`` (default): an idempotent producer; ``flush`` acknowledges the
+highest seq whose every record, and every earlier one, was delivered
+(:mod:`dblog.outputs.kafka_delivery`). After a crash the engine replays from the committed
+state, so records after it may arrive twice, each copy with the same ``dblog.seq`` and
+``dblog.pos`` headers and in the same per-key order.
+
+``delivery: exactly-once``: one transactional producer per pipeline; each flush commits one
+transaction with the events and a checkpoint record (:mod:`dblog.outputs.kafka_txn`). On open,
+``init_transactions`` fences a deposed leader and aborts its open transaction, and the last
+checkpoint is read back (``read_committed``): the engine resumes from it when it is ahead of
+the state store, and events Kafka already holds are skipped when replayed. A
+``read_committed`` consumer sees every event once.
+
+Records, keys, tombstones and headers: :mod:`dblog.outputs.kafka_records`; errors:
+:mod:`dblog.outputs.kafka_errors`; the user's view: docs/outputs/kafka.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from dblog.core.model import ChangeEvent
+from dblog.errors import (
+    ConfigError,
+    DblogError,
+    FatalOutputError,
+    LeadershipLost,
+    RetryableOutputError,
+)
+from dblog.formats.base import Format, TableLookup, format_by_name, no_tables
+from dblog.outputs.kafka_config import KafkaConfig, topic_name
+from dblog.outputs.kafka_delivery import Sender, Tracker
+from dblog.outputs.kafka_errors import classify, describe
+from dblog.outputs.kafka_records import KafkaRecord, RecordPlanner
+from dblog.outputs.kafka_txn import (
+    Aborted,
+    StoredCheckpoint,
+    abort,
+    commit,
+    ensure_checkpoint_topic,
+    init_transactions,
+    read_checkpoint,
+    transactional_call,
+)
+from dblog.spi import Checkpoint, Finding
+
+log = logging.getLogger("dblog.outputs.kafka")
+librdkafka_log = logging.getLogger("dblog.outputs.kafka.librdkafka")
+_ERROR_LOG_EVERY_S = 5.0
+
+
+class KafkaOutput:
+    """A :class:`dblog.spi.Output` (also Fenced-, Discarding-, Checkpointing-Output and
+    PipelineBound) writing to Kafka with confluent-kafka."""
+
+    config_model = KafkaConfig
+
+    def __init__(self, config: KafkaConfig | dict[str, Any], *, name: str | None = None,
+                 tables: TableLookup = no_tables) -> None:
+        self.config = config if isinstance(config, KafkaConfig) else KafkaConfig(**config)
+        try:
+            self.format: Format = format_by_name(self.config.format, self.config.format_options)
+        except DblogError as exc:
+            raise ConfigError(f"kafka output: format: {exc.message}", fix=exc.fix) from None
+        self.name = name or f"kafka:{self.config.bootstrap_servers}"
+        self.tables = tables
+        self.pipeline, self.epoch = "dblog", 0
+        self._fence: Callable[[], bool] | None = None
+        self._producer: Producer | None = None
+        self._ever_connected = False
+        self._partitions: dict[str, int] = {}
+        self._planner = self._new_planner()
+        self._tracker = Tracker(0, self._planner.table_of)
+        self._sent = self._acked = 0
+        self._poison: DblogError | None = None
+        self._fatal: KafkaError | None = None
+        self._errors_logged: dict[int, float] = {}
+        self._stored: StoredCheckpoint | None = None
+        self._pending: StoredCheckpoint | None = None
+        self._in_txn = self._commit_pending = False
+
+    @classmethod
+    def from_config(cls, raw: dict[str, Any]) -> KafkaOutput:
+        return cls(KafkaConfig(**raw))
+
+    def _new_planner(self) -> RecordPlanner:
+        values = self.config.topic_values(self.pipeline)
+        txn_topic = self.config.transaction_topic
+        return RecordPlanner(self.format, self.config.topic, values,
+                             None if txn_topic is None else topic_name(txn_topic, **values),
+                             self.config.tombstones, self._partition_count, self.tables)
+
+    # -- abilities ----------------------------------------------------------------------------
+
+    def bind(self, pipeline: str, epoch: int) -> None:
+        """The pipeline (topic prefix, transactional id, checkpoint key) and the leader epoch
+        (the ``dblog.epoch`` header; a checkpoint of a newer epoch refuses this run)."""
+        self.pipeline, self.epoch = pipeline, epoch
+        self._planner = self._new_planner()
+        self._planner.set_epoch(epoch)
+        self._tracker.table_of = self._planner.table_of
+
+    def set_fence(self, may_write: Callable[[], bool]) -> None:
+        """Asked before each batch is produced and before each commit (FencedOutput)."""
+        self._fence = may_write
+
+    @property
+    def transactional_id(self) -> str:
+        return self.config.transactional_id or f"dblog-{self.pipeline}"
+
+    @property
+    def checkpoint_topic(self) -> str:
+        return topic_name(self.config.checkpoint_topic,
+                          **self.config.topic_values(self.pipeline))
+
+    # -- open ---------------------------------------------------------------------------------
+
+    def open(self, committed_seq: int) -> None:
+        self._teardown()
+        self._poison, self._fatal, self._stored = None, None, None
+        self._in_txn = self._commit_pending = False
+        self._partitions.clear()
+        producer = self._producer = self._new_producer()
+        self._probe(producer)
+        start = committed_seq
+        if self.config.exactly_once:
+            start = max(start, self._open_transactions(producer))
+        self._sent = self._acked = start
+        self._tracker = Tracker(start, self._planner.table_of)
+
+    def _new_producer(self) -> Producer:
+        settings = self.config.producer_settings(self.pipeline, self._on_error, librdkafka_log)
+        try:
+            return Producer(settings)
+        except KafkaException as exc:
+            raise ConfigError(f"kafka output {self.name}: librdkafka refused the producer "
+                              f"settings: {describe(exc.args[0])}",
+                              fix="check the output's producer settings (librdkafka's "
+                                  "CONFIGURATION.md names every property)") from None
+
+    def _probe(self, producer: Producer) -> None:
+        """One bounded metadata request: an unreachable cluster fails here, once, clearly."""
+        timeout = self.config.connect_timeout_s
+        try:
+            producer.list_topics(timeout=timeout)
+        except KafkaException as exc:
+            message = (f"Kafka brokers {self.config.bootstrap_servers} unreachable: no answer "
+                       f"to a metadata request within {timeout:.0f} s "
+                       f"({describe(exc.args[0])})")
+            fix = ("check bootstrap_servers and that the brokers run and are reachable from "
+                   "this host (raise connect_timeout_s for a slow start)")
+            if self._ever_connected:  # an outage after a good start: retried with backoff
+                raise RetryableOutputError(message) from None
+            raise FatalOutputError(message, fix=fix) from None
+        self._ever_connected = True
+
+    def _open_transactions(self, producer: Producer) -> int:
+        """Fence earlier producers, read the checkpoint; the seq Kafka holds up to."""
+        settings = self.config.client_settings()
+        timeout = self.config.connect_timeout_s
+        ensure_checkpoint_topic(settings, self.checkpoint_topic, timeout)
+        init_transactions(producer, self.transactional_id, timeout)
+        stored = read_checkpoint(settings, self.checkpoint_topic, self.pipeline, timeout)
+        if stored is not None and stored.epoch > self.epoch:
+            raise LeadershipLost(
+                f"the Kafka checkpoint of {self.pipeline} was committed by leader epoch "
+                f"{stored.epoch}, newer than this instance's {self.epoch}",
+                fix="another instance leads; if this pipeline moved from ZooKeeper to a file "
+                    "state, use a new checkpoint_topic")
+        self._stored = stored
+        if stored is not None:
+            log.info("Kafka checkpoint of %s: events up to seq %d committed (epoch %d)",
+                     self.pipeline, stored.seq, stored.epoch)
+        return 0 if stored is None else stored.seq
+
+    def committed_checkpoint(self) -> Checkpoint | None:
+        """The pipeline state committed with the last transaction (exactly-once only)."""
+        stored = self._stored
+        if stored is None or stored.state is None:
+            return None
+        return Checkpoint(stored.pipeline, stored.epoch, stored.state)
+
+    # -- write --------------------------------------------------------------------------------
+
+    def write(self, events: Sequence[ChangeEvent]) -> None:
+        producer = self._require()
+        fresh = [e for e in events if e.seq > self._sent]  # replays Kafka holds; retried writes
+        if not fresh:
+            return
+        planned = [(e.seq, self._planner.plan(e)) for e in fresh]
+        self._check_fence(f"{len(fresh)} event(s) not produced")
+        if self.config.exactly_once and not self._in_txn:
+            transactional_call("beginning a Kafka transaction", producer.begin_transaction)
+            self._in_txn = True
+        self._produce(producer, planned)
+
+    def _produce(self, producer: Producer,
+                 planned: list[tuple[int, list[KafkaRecord]]]) -> None:
+        sender = Sender(producer, self._planner.table_of, self.config.flush_timeout_s)
+        batch = self._tracker.start(planned[0][0])
+        callback = batch.done
+        for seq, records in planned:
+            for record in records:
+                sender.produce(record, seq, callback)
+                batch.outstanding += 1
+            batch.last = self._sent = seq
+        producer.poll(0)
+
+    def _check_fence(self, what: str) -> None:
+        if self._fence is not None and not self._fence():
+            raise LeadershipLost(f"leadership lost: {what} to Kafka")
+
+    def _require(self) -> Producer:
+        if self._poison is not None:
+            raise self._poison
+        if self._fatal is not None:
+            self._poison = classify(self._fatal, "the Kafka producer failed")
+            raise self._poison
+        if self._producer is None:
+            raise FatalOutputError(f"output {self.name} is not open")
+        if self._commit_pending:
+            raise RetryableOutputError("a Kafka commit is still pending")
+        return self._producer
+
+    # -- flush --------------------------------------------------------------------------------
+
+    def flush(self) -> int:
+        if self.config.exactly_once:
+            return self._commit(None)
+        producer = self._require()
+        sender = Sender(producer, self._planner.table_of, self.config.flush_timeout_s)
+        try:
+            self._acked = sender.wait(self._tracker, self.config.flush_timeout_s)
+        except DblogError as exc:
+            if self._tracker.batches and self._tracker.batches[0].error is not None:
+                self._poison = exc  # a failed delivery: only a replay sends it again
+            raise
+        return self._acked
+
+    def flush_checkpoint(self, checkpoint: Checkpoint) -> int:
+        """Commit everything written with ``checkpoint`` (exactly-once); at-least-once has no
+        checkpoint and flushes."""
+        if not self.config.exactly_once:
+            return self.flush()
+        return self._commit(checkpoint)
+
+    def _commit(self, checkpoint: Checkpoint | None) -> int:
+        if not self._commit_pending:
+            producer = self._require()
+            stored = self._stored
+            state = checkpoint.state if checkpoint is not None else \
+                (None if stored is None else stored.state)
+            if not self._in_txn and (checkpoint is None or
+                                     (stored is not None and stored.state == state)):
+                return self._acked
+            self._check_fence("a transaction not committed")
+            if not self._in_txn:
+                transactional_call("beginning a Kafka transaction", producer.begin_transaction)
+                self._in_txn = True
+            self._pending = StoredCheckpoint(self.pipeline, self.epoch, self._sent, state)
+            producer.produce(self.checkpoint_topic, self._pending.encode(),
+                             self.pipeline.encode(), 0)
+            self._commit_pending = True
+        return self._finish_commit()
+
+    def _finish_commit(self) -> int:
+        """Wait for the delivery reports (a refused record is named and the transaction
+        aborted), then commit; a retryable failure leaves the commit pending for a retry."""
+        producer, pending = self._producer, self._pending
+        assert producer is not None and pending is not None
+        sender = Sender(producer, self._planner.table_of, self.config.flush_timeout_s)
+        try:
+            sender.wait(self._tracker, self.config.flush_timeout_s)
+            error = commit(producer, self.config.flush_timeout_s)
+        except DblogError as exc:
+            if not self._tracker.batches or self._tracker.batches[0].error is None:
+                raise  # not delivered in time: the commit stays pending and is retried
+            abort(producer, self.config.flush_timeout_s)
+            error = exc
+            self._poison = exc
+        if error is not None:
+            if not error.retryable or isinstance(error, Aborted) or self._poison is error:
+                self._poison, self._commit_pending, self._in_txn = error, False, False
+            raise error
+        self._commit_pending = self._in_txn = False
+        self._stored, self._acked = pending, pending.seq
+        self._tracker = Tracker(self._acked, self._planner.table_of)
+        return self._acked
+
+    # -- metadata and producer errors --------------------------------------------------------
+
+    def _partition_count(self, topic: str) -> int:
+        """Partitions of ``topic`` (asking creates it where the broker auto-creates)."""
+        count = self._partitions.get(topic)
+        if count is not None:
+            return count
+        producer = self._producer
+        assert producer is not None
+        deadline = time.monotonic() + self.config.connect_timeout_s
+        while True:
+            try:
+                meta = producer.list_topics(topic, timeout=self.config.connect_timeout_s)
+            except KafkaException as exc:
+                raise classify(exc.args[0], f"metadata of {topic}") from exc
+            info = meta.topics.get(topic)
+            if info is not None and info.error is None and info.partitions:
+                self._partitions[topic] = count = len(info.partitions)
+                return count
+            if time.monotonic() > deadline:
+                error = None if info is None else info.error
+                raise RetryableOutputError(f"topic {topic} has no partitions yet"
+                                           f"{'' if error is None else ': ' + describe(error)}")
+            time.sleep(0.2)
+
+    def _on_error(self, error: KafkaError) -> None:
+        """librdkafka's global errors: fatal ones stop the output at its next call; others
+        (brokers down, reconnecting) are logged, at most every few seconds per kind."""
+        if error.fatal():
+            self._fatal = error
+            log.error("Kafka producer fatal error: %s", describe(error))
+            return
+        now = time.monotonic()
+        if now - self._errors_logged.get(error.code(), -1e9) >= _ERROR_LOG_EVERY_S:
+            self._errors_logged[error.code()] = now
+            log.warning("Kafka: %s (the producer keeps retrying)", describe(error))
+
+    # -- stop ---------------------------------------------------------------------------------
+
+    def discard(self) -> None:
+        """A deposed leader: abort the open transaction / drop queued records, write nothing
+        more (DiscardingOutput)."""
+        producer, self._producer = self._producer, None
+        if producer is None:
+            return
+        if self.config.exactly_once:
+            if self._in_txn or self._commit_pending:
+                abort(producer, 5.0)
+        else:
+            producer.purge(in_queue=True, in_flight=True, blocking=False)
+            producer.poll(0)
+
+    def close(self) -> None:
+        """Stop: an open transaction is aborted (nothing in it was acknowledged); at-least-once
+        delivers what is queued (fewer repeats after a restart)."""
+        producer, self._producer = self._producer, None
+        if producer is None:
+            return
+        if self.config.exactly_once:
+            if self._in_txn or self._commit_pending:
+                abort(producer, self.config.flush_timeout_s)
+        else:
+            producer.flush(self.config.flush_timeout_s)
+
+    def _teardown(self) -> None:
+        if self._producer is not None:
+            self.discard()
+
+    def check(self) -> list[Finding]:
+        """``dblog check``: the brokers answer, and what the format needs is configured."""
+        producer = self._new_producer()
+        try:
+            producer.list_topics(timeout=self.config.connect_timeout_s)
+        except KafkaException as exc:
+            return [Finding("error", f"{self.name}: Kafka brokers unreachable: "
+                            f"{describe(exc.args[0])}", "check bootstrap_servers")]
+        finally:
+            producer.purge()
+        return [Finding("ok", f"{self.name}: brokers {self.config.bootstrap_servers} answer "
+                        f"({self.config.delivery}, format {self.config.format})")]

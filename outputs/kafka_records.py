@@ -1,0 +1,137 @@
+"""From events to Kafka records: topic, partition, key, value and headers (no I/O).
+
+The format (native, debezium-json, canal-json) encodes each event's keyed records; this module
+adds what the transport owes a Kafka consumer:
+
+* **topic** per table from the ``topic`` template (characters Kafka refuses become ``_``);
+* **tombstones**: after the record of a delete, a record with the same key and a null value,
+  so log compaction removes the key; a key change becomes the delete of the old key, its
+  tombstone, then the record of the new key (formats that keep a key change as one record,
+  like native, get the old key's delete from the same format);
+* **table-level events** (truncate, schema change; records without a key) go to *every*
+  partition of the table's topic, so each partition orders them with its own rows;
+* **transaction markers** (BEGIN/COMMIT) go to ``transaction_topic`` partition 0 when set,
+  else nowhere;
+* **headers** ``dblog.seq`` (the event's sequence number), ``dblog.pos`` (its source
+  position), ``dblog.epoch`` (the leader epoch that wrote it) and ``dblog.op``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dblog.core.model import ChangeEvent, Op, TableId, TableInfo
+from dblog.formats.base import Format, Record
+from dblog.outputs.kafka_config import topic_name
+
+Headers = list[tuple[str, str | bytes | None]]
+ANY_PARTITION = -1
+"""librdkafka's RD_KAFKA_PARTITION_UA: the configured partitioner chooses (murmur2 of the key)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaRecord:
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    partition: int
+    headers: Headers
+
+
+def with_tombstones(records: list[Record], event: ChangeEvent) -> list[Record]:
+    """``records`` of one event with a tombstone after each deleted key (see module doc)."""
+    if not records:
+        return records
+    if event.op is Op.DELETE:
+        last = records[-1]
+        if last.value is not None and last.key is not None:
+            return [*records, Record(last.key, None)]
+        return records
+    if event.op is Op.UPDATE and event.old_key is not None:
+        new_key = records[-1].key
+        old = [i for i, r in enumerate(records) if r.key is not None and r.key != new_key]
+        if old and records[old[-1]].value is not None:
+            at = old[-1] + 1
+            return [*records[:at], Record(records[old[-1]].key, None), *records[at:]]
+    return records
+
+
+def old_key_delete(event: ChangeEvent) -> ChangeEvent:
+    """The delete of a key change's old key, for formats that keep a key change as one
+    record: same seq, position and transaction, ``before`` as logged."""
+    return ChangeEvent(Op.DELETE, event.table, event.old_key, before=event.before,
+                       position=event.position, txid=event.txid, commit_ts=event.commit_ts,
+                       seq=event.seq)
+
+
+class RecordPlanner:
+    """Turns events into :class:`KafkaRecord` s. ``partitions(topic)`` gives a topic's
+    partition count (a metadata request; cached by the caller) for table-level events."""
+
+    def __init__(self, fmt: Format, template: str, topic_values: dict[str, str],
+                 transaction_topic: str | None, tombstones: bool,
+                 partitions: Callable[[str], int],
+                 tables: Callable[[TableId], TableInfo | None]) -> None:
+        self.format, self.template, self.values = fmt, template, topic_values
+        self.transaction_topic = transaction_topic
+        self.tombstones, self.partitions, self.tables = tombstones, partitions, tables
+        self.epoch = b"0"
+        self._topics: dict[TableId, str] = {}
+        self._pos: tuple[object, bytes] = (None, b"")
+        self.table_of: dict[str, TableId] = {}
+        """Which table a topic carries (for error messages)."""
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = str(epoch).encode()
+
+    def topic(self, table: TableId) -> str:
+        topic = self._topics.get(table)
+        if topic is None:
+            topic = topic_name(self.template, schema=table.schema, table=table.name,
+                               **self.values)
+            self._topics[table] = topic
+            self.table_of[topic] = table
+        return topic
+
+    def headers(self, event: ChangeEvent) -> Headers:
+        position = event.position
+        if position is not self._pos[0]:  # the rows of a chunk share one position
+            self._pos = (position, b"" if position is None else str(position).encode())
+        headers: Headers = [("dblog.seq", b"%d" % event.seq), ("dblog.epoch", self.epoch),
+                            ("dblog.op", event.op.value.encode())]
+        if position is not None:
+            headers.append(("dblog.pos", self._pos[1]))
+        return headers
+
+    def plan(self, event: ChangeEvent) -> list[KafkaRecord]:
+        """The records of ``event`` in the order they must be sent."""
+        table = event.table
+        if table is None:  # BEGIN / COMMIT
+            if self.transaction_topic is None:
+                return []
+            value = self.format.encode(event)
+            return [KafkaRecord(self.transaction_topic, None, value, 0, self.headers(event))]
+        records = self._records(event, table)
+        if not records:
+            return []
+        topic, headers = self.topic(table), self.headers(event)
+        out: list[KafkaRecord] = []
+        for record in records:
+            if record.key is None:  # a table-level event: one copy per partition
+                out.extend(KafkaRecord(topic, None, record.value, p, headers)
+                           for p in range(self.partitions(topic)))
+            else:
+                out.append(KafkaRecord(topic, record.key, record.value, ANY_PARTITION,
+                                       headers))
+        return out
+
+    def _records(self, event: ChangeEvent, table: TableId) -> list[Record]:
+        info = self.tables(table)
+        records = self.format.encode_records(event, info)
+        if not self.tombstones:
+            return records
+        if event.old_key is not None and event.op is Op.UPDATE and records and \
+                all(r.key == records[-1].key for r in records):
+            records = self.format.encode_records(old_key_delete(event), info) + records
+        return with_tombstones(records, event)
