@@ -212,7 +212,9 @@ class MysqlLogReader:
         items: list[LogItem] = []
         deadline = time.monotonic() + timeout
         while len(items) < MAX_BATCH:
-            if items and not self._readable():
+            # inside a transaction the rest of it is already in the binlog (the server writes
+            # a transaction at its commit): only between transactions can the next fetch wait
+            if items and self._txid is None and not self._readable():
                 break  # return what we have rather than wait for the next event
             event = self._fetch()
             if event is None:
