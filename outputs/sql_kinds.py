@@ -19,6 +19,8 @@ TEXT       everything else (text, varchar,        text                        TE
 JSON       unknown (``any``) or untyped columns   any JSON value              TEXT (JSON)
 =========  =====================================  ==========================  ==============
 
+Delta (Arrow types): INT int64, BIGUINT decimal(20,0), BOOL bool, FLOAT float64, DECIMAL
+decimal(p,s) up to 38 digits (string beyond, or without a precision), TEXT and JSON string.
 SQLite stores DECIMAL and BIGUINT as TEXT (its NUMERIC affinity would round them); MySQL and
 MariaDB store an unconstrained ``numeric`` as TEXT (their DECIMAL has a fixed scale) and text
 keys as ``VARCHAR(n) COLLATE utf8mb4_bin`` (a key needs a length, and a case-insensitive
@@ -114,10 +116,18 @@ def kind_of_value(value: Any) -> ColumnKind:
 def _stored_as_text(kind: ColumnKind, dialect: str) -> bool:
     if kind.kind in (Kind.TEXT, Kind.JSON):
         return True
+    if dialect == "delta":  # Arrow decimals hold at most 38 digits
+        return kind.kind is Kind.DECIMAL and (kind.precision is None or kind.precision > 38)
     if kind.kind in (Kind.DECIMAL, Kind.BIGUINT):
         return dialect == "sqlite" or (kind.kind is Kind.DECIMAL and kind.precision is None
                                        and dialect in ("mysql", "mariadb"))
     return False
+
+
+def stored_as_text(kind: ColumnKind, dialect: str) -> bool:
+    """Whether the target keeps ``kind`` as text (``dialect``: a SQLAlchemy dialect name, or
+    ``"delta"``)."""
+    return _stored_as_text(kind, dialect)
 
 
 def sa_type(kind: ColumnKind, dialect: str, key: bool) -> TypeEngine[Any]:

@@ -17,7 +17,9 @@ _BUILTIN = {
                          "mysql": "dblog.connectors.mysql:MysqlConnector",
                          "mariadb": "dblog.connectors.mysql:MysqlConnector"},
     "dblog.outputs": {"jsonl": "dblog.outputs.jsonl:JsonlOutput",
-                      "kafka": "dblog.outputs.kafka:KafkaOutput"},
+                      "kafka": "dblog.outputs.kafka:KafkaOutput",
+                      "sql": "dblog.outputs.sql:SqlOutput",
+                      "delta": "dblog.outputs.delta:DeltaOutput"},
 }
 
 

@@ -1,0 +1,306 @@
+"""Replica tables as Delta tables through ``deltalake`` (delta-rs, no JVM); docs/outputs/delta.md.
+
+Each source table ``schema.table`` has a Delta table at ``<path>/<table_path>`` (default
+``schema.table``) with the source's columns (Arrow types: :mod:`dblog.outputs.sql_kinds`), the
+guard columns and the deleted flag. Readers filter ``_dblog_deleted = false``. Each flush
+plans the buffered events with the pure apply core (:mod:`dblog.replica`) and runs one guarded
+MERGE per table (:mod:`dblog.outputs.delta_table`), then writes the sink checkpoint row into
+the ``_dblog_checkpoint`` Delta table, every commit fenced on the leader epoch.
+
+Delta has no transaction across tables: a crash between two tables' commits leaves some tables
+ahead of the checkpoint. That is sound because every commit is guarded: the engine replays
+from the checkpoint (or the state store), and the replayed changes are no-ops where they were
+applied (equal guards) and applied where not; the checkpoint, the scheme and the truncate
+barriers are only read from the checkpoint table, written last.
+"""
+
+from __future__ import annotations
+
+import errno
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError, DeltaError
+from pydantic import BaseModel, ConfigDict
+
+from dblog.core.model import ChangeEvent, Key, Row, TableId
+from dblog.core.positions import decode_position
+from dblog.errors import DblogError, FatalOutputError, LeadershipLost, RetryableOutputError
+from dblog.formats.base import TableLookup, no_tables
+from dblog.replica import ApplyState, Plan, TablePlan, plan_batch, purge_bound, scheme_for
+from dblog.spi import Checkpoint
+
+from . import delta_table as dtab
+from .delta_checkpoint import CheckpointTable
+from .sql_kinds import ColumnKind, kind_of, kind_of_value
+from .sql_write import decoded_rows
+
+
+class DeltaConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: str = "delta"
+    path: str
+    """The folder holding one Delta table per source table and ``_dblog_checkpoint``."""
+    table_path: str = "{schema}.{table}"
+    pipeline: str | None = None
+    partition_by: dict[str, list[str]] = {}
+    """Per source table (``schema.table``): partition columns of a table dblog creates."""
+    compact_every: int | None = None
+    """Compact (OPTIMIZE) a table after this many of its MERGEs; None: never."""
+    z_order: bool = False
+    """Compaction Z-orders the files by the key columns (instead of bin-packing)."""
+    vacuum_retention_hours: int | None = None
+    """After a compaction, vacuum files unreferenced for this long; None: no vacuum."""
+    tombstone_margin: int | None = None
+    purge_interval_s: float = 600.0
+
+
+@dataclass
+class DeltaReplica:
+    source: TableId
+    table: DeltaTable
+    kinds: dict[str, ColumnKind]
+    key: tuple[str, ...]
+    merges: int = 0
+
+
+def classify(exc: Exception, what: str) -> DblogError:
+    """delta-rs errors: a lost commit race or a full/unavailable disk is retryable; a schema
+    or protocol mismatch is fatal."""
+    if isinstance(exc, DblogError):
+        return exc
+    if isinstance(exc, CommitFailedError):
+        return RetryableOutputError(f"{what}: {exc}")
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
+        return RetryableOutputError(f"{what}: {exc}")
+    text = str(exc)
+    if isinstance(exc, DeltaError) and ("No space left" in text or "os error 28" in text):
+        return RetryableOutputError(f"{what}: the disk under the Delta table is full: {exc}")
+    return FatalOutputError(f"{what}: {exc}")
+
+
+class DeltaOutput:
+    """A :class:`dblog.spi.Output` keeping Delta replica tables (also CheckpointingOutput,
+    PipelineBound, FencedOutput, DiscardingOutput)."""
+
+    config_model = DeltaConfig
+
+    def __init__(self, config: DeltaConfig | dict[str, Any], *, name: str | None = None,
+                 tables: TableLookup | None = None) -> None:
+        self.config = config if isinstance(config, DeltaConfig) else DeltaConfig(**config)
+        self.name = name or f"delta:{self.config.path}"
+        self.root = Path(self.config.path)
+        self._lookup: TableLookup = tables or no_tables
+        self.pipeline, self.epoch = self.config.pipeline or "dblog", 0
+        self._fence: Callable[[], bool] | None = None
+        self._replicas: dict[TableId, DeltaReplica] = {}
+        self._ckpt: CheckpointTable | None = None
+        self._pending: list[ChangeEvent] = []
+        self._state = ApplyState()
+        self._scheme: str | None = None
+        self._checkpoint: Checkpoint | None = None
+        self._durable = 0
+        self._last_purge = time.monotonic()
+        self.merge_metrics: list[dict[str, Any]] = []
+        """The metrics of the last flush's MERGEs (bench and tests read them)."""
+
+    def bind(self, pipeline: str, epoch: int) -> None:
+        self.pipeline, self.epoch = self.config.pipeline or pipeline, epoch
+
+    def set_fence(self, may_write: Callable[[], bool]) -> None:
+        self._fence = may_write
+
+    def set_tables(self, lookup: TableLookup) -> None:
+        self._lookup = lookup
+
+    # -- the Output contract ------------------------------------------------------------------
+
+    def open(self, committed_seq: int) -> None:
+        """Claim the checkpoint table and every existing replica table for this epoch, and
+        restore the scheme and truncate barriers."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            ckpt = self._ckpt = CheckpointTable(self.root / "_dblog_checkpoint", self.pipeline,
+                                                self.epoch)
+            stored = ckpt.open()
+            for path in self._table_folders():
+                dtab.claim(DeltaTable(str(path)), self.pipeline, self.epoch)
+        except Exception as exc:
+            raise classify(exc, f"opening {self.name}") from exc
+        self._scheme = stored.scheme
+        self._state = ApplyState.restored(None, stored.barriers)
+        self._checkpoint = None if stored.state is None else \
+            Checkpoint(self.pipeline, stored.epoch, stored.state)
+        self._pending, self._replicas = [], {}
+        self._durable = committed_seq
+
+    def _table_folders(self) -> list[Path]:
+        return sorted(p for p in self.root.iterdir()
+                      if p.name != "_dblog_checkpoint" and (p / "_delta_log").is_dir())
+
+    def write(self, events: Sequence[ChangeEvent]) -> None:
+        if self._ckpt is None:
+            raise FatalOutputError(f"{self.name} is not open")
+        self._pending.extend(events)
+
+    def flush(self) -> int:
+        return self._commit(None)
+
+    def flush_checkpoint(self, checkpoint: Checkpoint) -> int:
+        return self._commit(checkpoint)
+
+    def committed_checkpoint(self) -> Checkpoint | None:
+        return self._checkpoint
+
+    def close(self) -> None:
+        self._replicas = {}
+        self._ckpt = None
+
+    def discard(self) -> None:
+        self._pending = []
+        self.close()
+
+    # -- flushing -----------------------------------------------------------------------------
+
+    def _commit(self, checkpoint: Checkpoint | None) -> int:
+        ckpt = self._ckpt
+        if ckpt is None:
+            raise FatalOutputError(f"{self.name} is not open")
+        if not self._pending and (checkpoint is None or checkpoint == self._checkpoint):
+            return self._durable
+        if self._fence is not None and not self._fence():
+            raise LeadershipLost(f"leadership lost: {len(self._pending)} event(s) not written "
+                                 f"to {self.name}")
+        state, plan = plan_batch(self._state, self._pending)
+        if plan.scheme is not None and self._scheme not in (None, plan.scheme):
+            raise FatalOutputError(f"{self.name}: the replica's guards are {self._scheme!r}, "
+                                   f"the stream's {plan.scheme!r}",
+                                   fix="delete the Delta tables, then dump the source again")
+        through = max(self._durable, plan.through_seq)
+        covered = checkpoint if checkpoint is not None and checkpoint.seq <= through else None
+        try:
+            ckpt.check()
+            self.merge_metrics = [self._apply(t, through) for t in plan.tables]
+            ckpt.write(covered, plan.scheme or self._scheme, dict(plan.barriers), through)
+            self._maintain(covered, through)
+        except Exception as exc:
+            raise classify(exc, f"flushing {self.name}") from exc
+        self._state, self._pending, self._durable = state, [], through
+        self._scheme = plan.scheme or self._scheme
+        self._checkpoint = covered or self._checkpoint
+        return through
+
+    def _apply(self, plan: TablePlan, seq: int) -> dict[str, Any]:
+        """One table plan: truncate, then one guarded MERGE (each a fenced commit)."""
+        replica = self._replica(plan.table)
+        table = replica.table
+        dtab.check_epoch(table, self.pipeline, self.epoch)
+        props = dtab.commit_properties(self.pipeline, self.epoch, seq)
+        if plan.truncate is not None:
+            table.delete(dtab.guard_below(plan.truncate), commit_properties=props)
+        rows = decoded_rows(plan)
+        self._evolve(replica, rows)
+        changes = list(zip(plan.changes, rows, strict=True))
+        if any(change.keep for change in plan.changes):
+            changes = dtab.with_kept(table, replica.kinds, replica.key, changes, self.name)
+        if not changes:
+            return {}
+        source = dtab.batch(replica.kinds, replica.key, changes)
+        predicate = dtab.merge_predicate(replica.kinds, replica.key, source)
+        replica.merges += 1
+        return dtab.merge(table, source, predicate, props)
+
+    def _evolve(self, replica: DeltaReplica, rows: list[Row | None]) -> None:
+        """Columns the rows have that the table lacks: the MERGE adds them (merge_schema)."""
+        info = None
+        for row in rows:
+            if row is None or replica.kinds.keys() >= row.keys():
+                continue
+            if info is None:
+                info = self._lookup(replica.source)
+            known = {} if info is None else {c.name: c.type_name for c in info.columns}
+            for column, value in row.items():
+                if column not in replica.kinds:
+                    replica.kinds[column] = kind_of(known[column]) if column in known \
+                        else kind_of_value(value)
+
+    def _replica(self, table: TableId) -> DeltaReplica:
+        replica = self._replicas.get(table)
+        if replica is not None:
+            return replica
+        info = self._lookup(table)
+        if info is None:
+            raise FatalOutputError(f"{self.name}: no metadata for source table {table}",
+                                   fix="give the output the source's table metadata "
+                                       "(DeltaOutput(..., tables=lookup) or set_tables)")
+        path = self.root / self.config.table_path.format(schema=table.schema, table=table.name)
+        kinds = {c.name: kind_of(c.type_name) for c in info.columns}
+        partition = self.config.partition_by.get(str(table))
+        opened = dtab_open(path, kinds, info.key_columns, partition, self.pipeline, self.epoch)
+        replica = self._replicas[table] = DeltaReplica(table, opened, kinds, info.key_columns)
+        return replica
+
+    def _maintain(self, covered: Checkpoint | None, seq: int) -> None:
+        """Tombstone purge (by margin, every purge_interval_s) and compaction/vacuum."""
+        props = dtab.commit_properties(self.pipeline, self.epoch, seq)
+        every = self.config.compact_every
+        for replica in self._replicas.values():
+            if every is not None and replica.merges >= every:
+                replica.merges = 0
+                self._compact(replica)
+        margin, text = self.config.tombstone_margin, None
+        if covered is not None:
+            text = covered.state.get("position")
+        if margin is None or not isinstance(text, str) or \
+                time.monotonic() - self._last_purge < self.config.purge_interval_s:
+            return
+        position = decode_position(text)
+        assert position is not None
+        bound = purge_bound(scheme_for(position), position, margin)
+        for replica in self._replicas.values():
+            dtab.check_epoch(replica.table, self.pipeline, self.epoch)
+            replica.table.delete(f"{dtab.DELETED} AND ({dtab.guard_below(bound)})",
+                                 commit_properties=props)
+        self._last_purge = time.monotonic()
+
+    def _compact(self, replica: DeltaReplica) -> None:
+        table = replica.table
+        if self.config.z_order:
+            table.optimize.z_order(list(replica.key))
+        else:
+            table.optimize.compact()
+        hours = self.config.vacuum_retention_hours
+        if hours is not None:
+            table.vacuum(hours, dry_run=False, enforce_retention_duration=False)
+
+    # -- readers --------------------------------------------------------------------------------
+
+    def live_rows(self, table: TableId) -> dict[Key, Row]:
+        """The table as readers see it (``_dblog_deleted = false``), in canonical form."""
+        replica = self._replica(table)
+        replica.table.update_incremental()
+        return dtab.live_rows(replica.table, replica.kinds, replica.key)
+
+
+def dtab_open(path: Path, kinds: dict[str, ColumnKind], key: tuple[str, ...],
+              partition: list[str] | None, pipeline: str, epoch: int) -> DeltaTable:
+    """The Delta table at ``path``: created when missing, else checked."""
+    if not DeltaTable.is_deltatable(str(path)):
+        return DeltaTable.create(
+            str(path), dtab.arrow_schema(kinds), partition_by=partition,
+            configuration={dtab.KEY_PROPERTY: orjson.dumps(list(key)).decode(),
+                           dtab.EPOCH_PROPERTY: str(epoch)},
+            commit_properties=dtab.commit_properties(pipeline, epoch, 0),
+            raise_if_key_not_exists=False)
+    table = DeltaTable(str(path))
+    dtab.check_table(table, kinds, key)
+    return table
+
+
+__all__ = ["DeltaConfig", "DeltaOutput", "Plan"]
