@@ -25,7 +25,7 @@ import tempfile
 import time
 import uuid
 from base64 import urlsafe_b64encode
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,7 +52,13 @@ consumer group wait for them to be created (50 partitions each by default). A no
 started again cannot register until the controller expires its previous session: 4 s instead of
 9 s keeps a broker-outage test short."""
 
-JVM_OPTS = ["-Xms256m", "-Xmx768m", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true"]
+BENCH_JVM_OPTS = ["-Xms256m", "-Xmx768m", "-XX:+ExitOnOutOfMemoryError",
+                  "-Djava.awt.headless=true"]
+"""The JVM as Kafka's own scripts would run it (both JIT compilers, G1): for benchmarks."""
+JVM_OPTS = [*BENCH_JVM_OPTS, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+"""The default, for tests: C1 only and the serial collector. Seen here, a node's start cost
+2.6-2.8 CPU seconds against 4.3-4.8 with :data:`BENCH_JVM_OPTS`, which matters on two shared
+cores; a benchmark passes ``jvm_opts=BENCH_JVM_OPTS`` to :func:`start_kafka`."""
 
 _LOG4J2 = """status = warn
 appender.file.type = File
@@ -156,6 +162,7 @@ class KafkaCluster:
     java: str
     classpath: str
     cluster_id: str
+    jvm_opts: list[str] = field(default_factory=lambda: list(JVM_OPTS))
 
     @property
     def bootstrap(self) -> str:
@@ -203,7 +210,7 @@ class KafkaCluster:
         node._log_start = node.log.stat().st_size if node.log.exists() else 0
         with open(node.root / "stdout.log", "ab") as out:
             node._proc = subprocess.Popen(
-                [self.java, *JVM_OPTS, f"-Dlog4j2.configurationFile={log4j}",
+                [self.java, *self.jvm_opts, f"-Dlog4j2.configurationFile={log4j}",
                  "-cp", self.classpath, MAIN, str(node.config)],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
@@ -285,7 +292,7 @@ def _make_nodes(root: Path, count: int) -> list[KafkaNode]:
 
 
 def start_kafka(nodes: int = 1, settings: Mapping[str, str] | None = None,
-                timeout: float = 90.0) -> KafkaCluster:
+                timeout: float = 90.0, jvm_opts: Sequence[str] = JVM_OPTS) -> KafkaCluster:
     """Format and start ``nodes`` combined controller+broker nodes and wait until every one
     serves; ``settings`` override :data:`BROKER_SETTINGS` and the replication settings. Raises
     :class:`HarnessError` with the fix when it cannot."""
@@ -294,7 +301,8 @@ def start_kafka(nodes: int = 1, settings: Mapping[str, str] | None = None,
     java, classpath = find_java(), find_kafka_classpath()
     root = Path(tempfile.mkdtemp(prefix="dblog-kafka-"))
     cluster = KafkaCluster(nodes=_make_nodes(root, nodes), root=root, java=java,
-                           classpath=classpath, cluster_id=new_cluster_id())
+                           classpath=classpath, cluster_id=new_cluster_id(),
+                           jvm_opts=list(jvm_opts))
     try:
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in cluster.nodes)
         merged = {**BROKER_SETTINGS, **replication_settings(nodes), **(settings or {})}

@@ -10,12 +10,16 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
 
 from dblog.harness.postgres import HarnessError, PostgresServer, start_postgres
 from tests.conftest import unavailable
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @pytest.fixture(scope="session")
@@ -92,6 +96,25 @@ def kafka_bootstrap() -> Iterator[str]:
         yield cluster.bootstrap
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def spark_session() -> Iterator[SparkSession]:
+    """One local Spark session per test module (it takes seconds to start), with the Delta and
+    Kafka connector jars that scripts/setup.sh fetched; its start time is kept in
+    ``spark_session.conf`` as ``dblog.test.startSeconds`` for the tests to report."""
+    from dblog.harness.spark import local_spark_session
+
+    started = time.monotonic()
+    try:
+        session = local_spark_session(app_name="dblog-tests")
+    except (HarnessError, OSError) as exc:
+        unavailable("Spark", str(exc))
+    session.conf.set("dblog.test.startSeconds", f"{time.monotonic() - started:.2f}")
+    try:
+        yield session
+    finally:
+        session.stop()
 
 
 from tests.integration.mysql_fixtures import maria_admin_dsn, maria_dsn  # noqa: E402, F401
