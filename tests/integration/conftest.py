@@ -99,7 +99,7 @@ def kafka_bootstrap() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def spark_session() -> Iterator[SparkSession]:
+def spark_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     """One local Spark session per test module (it takes seconds to start), with the Delta and
     Kafka connector jars that scripts/setup.sh fetched; its start time is kept in
     ``spark_session.conf`` as ``dblog.test.startSeconds`` for the tests to report."""
@@ -107,7 +107,8 @@ def spark_session() -> Iterator[SparkSession]:
 
     started = time.monotonic()
     try:
-        session = local_spark_session(app_name="dblog-tests")
+        session = local_spark_session(app_name="dblog-tests",
+                                      warehouse=tmp_path_factory.mktemp("spark-warehouse"))
     except (HarnessError, OSError) as exc:
         unavailable("Spark", str(exc))
     session.conf.set("dblog.test.startSeconds", f"{time.monotonic() - started:.2f}")
