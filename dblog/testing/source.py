@@ -1,19 +1,13 @@
-"""Test doubles shipped with dblog: an in-memory source, a list output, a fake clock, and a
-replay helper that applies a stream to a dict (the I3 check).
-
-The in-memory source keeps tables as dicts and a log list; committing a transaction appends
-its changes to the log in commit order, just as a database's log would. Watermark writes are
-log entries too, so the engine's windows close exactly as they do against a real server.
-"""
+"""The in-memory source: tables as dicts and a commit-ordered log, with the connector roles
+over it (log reader, chunk readers, watermark writer)."""
 
 from __future__ import annotations
 
-import copy
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from dblog.core.dumps import ChunkPlan
 from dblog.core.model import (
@@ -30,22 +24,7 @@ from dblog.core.model import (
 from dblog.core.positions import Position, register_position
 from dblog.engine.settings import PhaseHooks
 from dblog.errors import DumpRequestError
-from dblog.formats.native import native_document
-from dblog.spi import Checkpoint, Chunk, Finding, StoredState
-
-
-class FakeClock:
-    def __init__(self, start: float = 0.0) -> None:
-        self.now = start
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from dblog.spi import Chunk, Finding
 
 
 @dataclass
@@ -300,123 +279,3 @@ class MemoryConnector:
 
     def close(self) -> None:
         pass
-
-
-class ListOutput:
-    """Keeps events in a list; acknowledges everything written, or up to ``ack_limit``."""
-
-    def __init__(self, name: str = "list") -> None:
-        self.name = name
-        self.events: list[ChangeEvent] = []
-        self.ack_limit: int | None = None
-        self.fail_next: Exception | None = None
-        self.committed_seq = 0
-
-    def open(self, committed_seq: int) -> None:
-        self.events = [e for e in self.events if e.seq <= committed_seq]
-        self.committed_seq = committed_seq
-
-    def write(self, events: Sequence[ChangeEvent]) -> None:
-        if self.fail_next is not None:
-            error, self.fail_next = self.fail_next, None
-            raise error
-        self.events.extend(events)
-
-    def flush(self) -> int:
-        last = self.events[-1].seq if self.events else self.committed_seq
-        return last if self.ack_limit is None else min(last, self.ack_limit)
-
-    def close(self) -> None:
-        pass
-
-
-class TransactionalListOutput(ListOutput):
-    """A :class:`dblog.spi.CheckpointingOutput` in memory, like a transactional target: writes
-    are pending until a flush commits them together with the checkpoint; open drops what was
-    never committed; events replayed up to the last committed seq are skipped."""
-
-    def __init__(self, name: str = "transactional") -> None:
-        super().__init__(name)
-        self.pending: list[ChangeEvent] = []
-        self.checkpoint: Checkpoint | None = None
-        self.last_committed = 0
-        self.skipped = 0
-
-    def open(self, committed_seq: int) -> None:
-        self.pending = []  # an open transaction is aborted
-
-    def write(self, events: Sequence[ChangeEvent]) -> None:
-        fresh = [e for e in events if e.seq > self.last_committed]
-        self.skipped += len(events) - len(fresh)
-        if self.fail_next is not None:
-            error, self.fail_next = self.fail_next, None
-            raise error
-        self.pending.extend(fresh)
-
-    def flush(self) -> int:
-        return self.last_committed  # without a checkpoint nothing is committed
-
-    def flush_checkpoint(self, checkpoint: Checkpoint) -> int:
-        self.events.extend(self.pending)
-        if self.pending:
-            self.last_committed = self.pending[-1].seq
-        self.pending, self.checkpoint = [], checkpoint
-        return self.last_committed
-
-    def committed_checkpoint(self) -> Checkpoint | None:
-        return self.checkpoint
-
-
-class MemoryStateStore:
-    def __init__(self) -> None:
-        self.stored: StoredState | None = None
-        self.epoch = -1
-        self.writes = 0
-
-    def load(self) -> StoredState | None:
-        return self.stored
-
-    def save(self, data: dict[str, object], expected_version: int | None, epoch: int) -> int:
-        from dblog.errors import FencedError
-
-        current = None if self.stored is None else self.stored.version
-        if epoch < self.epoch:
-            raise FencedError(f"epoch {epoch} is older than {self.epoch}")
-        if current != expected_version:
-            raise FencedError(f"version is {current}, expected {expected_version}")
-        version = 0 if current is None else current + 1
-        self.stored, self.epoch = StoredState(version, copy.deepcopy(data)), epoch
-        self.writes += 1
-        return version
-
-
-def replay(events: Iterable[dict[str, Any] | ChangeEvent],
-           key_of: Callable[[dict[str, Any]], Any] | None = None) -> dict[Any, dict[str, Any]]:
-    """Apply a stream (native dicts or events) to an empty store: upsert after-images (merging
-    columns marked unchanged), delete on delete, clear on truncate. Keys are (table, key)."""
-    store: dict[Any, dict[str, Any]] = {}
-    for raw in events:
-        event = raw if isinstance(raw, dict) else _as_native(raw)
-        op, table = event["op"], (event.get("schema"), event.get("table"))
-        if op in ("begin", "commit", "schema"):
-            continue
-        if op == "truncate":
-            for k in [k for k in store if k[0] == table]:
-                del store[k]
-            continue
-        key = (table, tuple(event["key"]))
-        if event.get("old_key") is not None:
-            old = store.pop((table, tuple(event["old_key"])), None)
-            if old is not None and event.get("unchanged"):
-                store[key] = old
-        if op == "delete":
-            store.pop(key, None)
-            continue
-        row = dict(store.get(key, {})) if event.get("unchanged") else {}
-        row.update(event["after"])
-        store[key] = row
-    return store
-
-
-def _as_native(event: ChangeEvent) -> dict[str, Any]:
-    return native_document(event, decoded=True)
