@@ -37,7 +37,7 @@ from dblog.spi import Checkpoint
 
 from . import delta_table as dtab
 from .delta_checkpoint import CheckpointTable
-from .sql_kinds import ColumnKind, kind_of, kind_of_value
+from .sql_kinds import DELETED, ColumnKind, kind_of, kind_of_value
 from .sql_write import decoded_rows
 
 
@@ -265,7 +265,7 @@ class DeltaOutput:
         bound = purge_bound(scheme_for(position), position, margin)
         for replica in self._replicas.values():
             dtab.check_epoch(replica.table, self.pipeline, self.epoch)
-            replica.table.delete(f"{dtab.DELETED} AND ({dtab.guard_below(bound)})",
+            replica.table.delete(f"{DELETED} AND ({dtab.guard_below(bound)})",
                                  commit_properties=props)
         self._last_purge = time.monotonic()
 

@@ -138,9 +138,10 @@ class SqlOutput:
         engine = self._engine
         with translated(engine.dialect.name, f"opening {self.name}"):
             self._ckpt_table.create(engine, checkfirst=True)
+            stored = ckpt.load(engine, self._ckpt_table, self.pipeline)  # its committer's epoch
             ckpt.claim(engine, self._ckpt_table, self.pipeline, self.epoch)
-            stored = ckpt.load(engine, self._ckpt_table, self.pipeline)
-        assert stored is not None
+        if stored is None:
+            stored = ckpt.StoredCheckpoint(self.epoch, 0, None, None)
         self._scheme = stored.scheme
         self._state = ApplyState.restored(None, stored.barriers)
         self._checkpoint = None if stored.state is None else \

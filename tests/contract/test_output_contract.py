@@ -3,6 +3,10 @@
 open(committed_seq) -> write(batches) -> flush() returns the highest durable seq; reopening
 with a lower committed seq drops what was beyond it, so a restart continues exactly from the
 committed state.
+
+Replica outputs (sql on SQLite, PostgreSQL and MariaDB; delta) keep tables, not an event log:
+their contract, the same suite shape with replays instead of cuts, is
+tests/contract/test_replica_output_contract.py; the test below checks they are Outputs.
 """
 
 from __future__ import annotations
@@ -129,6 +133,18 @@ def test_the_output_has_a_name(harness: Any) -> None:
     output = harness.new_output()
     assert isinstance(output.name, str) and output.name
     assert isinstance(output, Output)
+
+
+def test_replica_outputs_are_outputs(tmp_path: Path) -> None:
+    from dblog.outputs.delta import DeltaOutput
+    from dblog.outputs.sql import SqlOutput
+
+    for output in (SqlOutput({"url": f"sqlite:///{tmp_path / 'r.db'}"}),
+                   DeltaOutput({"path": str(tmp_path / "delta")})):
+        assert isinstance(output, Output) and output.name
+        output.open(5)
+        assert output.flush() == 5  # the committed seq, as every output
+        output.close()
 
 
 def test_flush_returns_the_last_written_seq(harness: Any) -> None:

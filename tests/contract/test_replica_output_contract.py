@@ -1,0 +1,316 @@
+"""The contract of replica outputs (tables, not an event log), run against every target: the
+SQL output on SQLite, PostgreSQL and MariaDB, and the Delta output.
+
+A replica output is an Output, a CheckpointingOutput and PipelineBound: after any sequence of
+batches, flushes, restarts and replays of stream suffixes, the target's tables as a reader sees
+them (tombstones hidden) equal the naive replay of the stream up to what the output
+acknowledged, never an older state; a deposed leader's commit is refused by the target; the
+checkpoint, the truncate barriers and the guard scheme survive restarts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dblog.core.model import ChangeEvent, ColumnInfo, Key, Op, Row, TableId, TableInfo
+from dblog.errors import FatalOutputError, LeadershipLost
+from dblog.outputs.sql import SqlOutput
+from dblog.spi import (
+    Checkable,
+    Checkpoint,
+    CheckpointingOutput,
+    DiscardingOutput,
+    FencedOutput,
+    Output,
+    PipelineBound,
+)
+from tests.integration.conftest import pg_admin_dsn
+from tests.integration.mysql_fixtures import maria_admin_dsn
+from tests.replica_targets import (
+    TARGETS,
+    DeltaTarget,
+    ReplicaOutput,
+    SqlTarget,
+    Target,
+    int_info,
+    target_fixture,
+)
+from tests.unit.test_replica_sim import TABLES, Source, boundaries, lsn, reference
+
+__all__ = ["maria_admin_dsn", "pg_admin_dsn"]
+A, B = TABLES
+
+
+@pytest.fixture()
+def infos() -> dict[TableId, TableInfo]:
+    """The source's table metadata as the outputs see it (a test may change it)."""
+    return {A: int_info(A), B: int_info(B)}
+
+
+@pytest.fixture(params=TARGETS)
+def target(request: pytest.FixtureRequest, tmp_path: Path,
+           infos: dict[TableId, TableInfo]) -> Iterator[Target]:
+    yield from target_fixture(request.param, request, tmp_path, infos.get)
+
+
+def live(target: Target) -> dict[TableId, dict[Key, Row]]:
+    return {t: target.live(t) for t in TABLES}
+
+
+def stream(flavour: str, seed: int, steps: int) -> list[ChangeEvent]:
+    return Source(flavour, random.Random(seed)).run(steps)
+
+
+def deliver(output: ReplicaOutput, events: Sequence[ChangeEvent], rnd: random.Random) -> int:
+    """Write ``events`` in random batches with random flushes; flush at the end."""
+    i = 0
+    while i < len(events):
+        size = rnd.randint(1, 12)
+        output.write(events[i:i + size])
+        i += size
+        if rnd.random() < 0.4:
+            output.flush()
+    return output.flush()
+
+
+def test_a_replica_output_has_every_ability(target: Target) -> None:
+    output = target.new_output()
+    assert isinstance(output, Output) and output.name
+    for ability in (CheckpointingOutput, PipelineBound, FencedOutput, DiscardingOutput):
+        assert isinstance(output, ability), ability
+    assert isinstance(output, Checkable) == isinstance(output, SqlOutput)
+
+
+@pytest.mark.parametrize("flavour", ["pg", "mariadb"])
+def test_random_stream_equals_the_replay(target: Target, flavour: str) -> None:
+    events = stream(flavour, 7, 45)
+    output = target.new_output()
+    output.open(0)
+    assert output.flush() == 0  # nothing written: the committed seq
+    acked = deliver(output, events, random.Random(3))
+    assert acked == len(events)  # the stream ends at a transaction boundary
+    expected = reference(events)[-1]
+    assert live(target) == expected
+    assert any(expected.values()), "the stream left no rows: a weak test"
+
+
+def test_replays_of_suffixes_never_regress_or_resurrect(target: Target) -> None:
+    """Restarts at random boundaries replay from an earlier boundary (a committed state
+    behind what this output applied, duplicated chunks included): after every flush at a
+    boundary the tables equal the replay up to the furthest point applied so far."""
+    events = stream("pg", 11, 40)
+    states, cuts = reference(events), boundaries(events)
+    rnd = random.Random(5)
+    applied = 0
+    for round_ in range(4):
+        output = target.new_output()
+        start = rnd.choice([c for c in cuts if c <= applied])
+        output.open(start)
+        end = rnd.choice([c for c in cuts if c >= start])
+        if round_ == 3:
+            end = len(events)
+        segment = [c for c in cuts if start <= c <= end]
+        for lo, hi in itertools.pairwise(segment):
+            output.write(events[lo:hi])
+            output.flush()
+            applied = max(applied, hi)
+            assert live(target) == states[applied], (round_, start, hi, applied)
+        output.close()
+    assert applied == len(events)
+
+
+def test_an_open_transaction_is_held_until_its_commit(target: Target) -> None:
+    events = stream("pg", 3, 12)
+    cut = next(i for i, e in enumerate(events) if e.op is Op.BEGIN and i > 3)
+    inside = next(i for i in range(cut + 1, len(events)) if events[i].op is Op.COMMIT)
+    output = target.new_output()
+    output.open(0)
+    output.write(events[:inside])  # up to, not including, a COMMIT
+    assert output.flush() == events[cut].seq - 1
+    assert live(target) == reference(events)[cut]
+    output.write(events[inside:])
+    assert output.flush() == len(events)
+    assert live(target) == reference(events)[-1]
+
+
+def test_the_checkpoint_is_committed_with_the_data(target: Target) -> None:
+    events = stream("pg", 4, 10)
+    output = target.new_output()
+    output.open(0)
+    output.write(events)
+    state: dict[str, object] = {"seq": len(events), "dumps": [], "position":
+                                events[-1].position.encode() if events[-1].position else None}
+    checkpoint = Checkpoint("contract", 1, state)
+    assert output.flush_checkpoint(checkpoint) == len(events)
+    output.close()
+    again = target.new_output(epoch=2)
+    again.open(0)
+    assert again.committed_checkpoint() == Checkpoint("contract", 1, state)
+    assert live(target) == reference(events)[-1]
+
+
+def test_a_checkpoint_past_a_held_transaction_is_not_stored(target: Target) -> None:
+    events = stream("pg", 5, 10)
+    begin = max(i for i, e in enumerate(events) if e.op is Op.BEGIN)
+    output = target.new_output()
+    output.open(0)
+    output.write(events[:begin + 2])
+    beyond = Checkpoint("contract", 1, {"position": None, "seq": begin + 2, "dumps": []})
+    assert output.flush_checkpoint(beyond) == begin
+    output.close()
+    again = target.new_output()
+    again.open(0)
+    assert again.committed_checkpoint() is None
+
+
+def test_a_deposed_leaders_commit_is_refused_by_the_target(target: Target) -> None:
+    events = stream("pg", 6, 20)
+    half = boundaries(events)[len(boundaries(events)) // 2]
+    old = target.new_output(epoch=1)
+    old.open(0)
+    old.write(events[:half])
+    old.flush()
+    old.write(events[half:])  # frozen here; a successor takes over
+    successor = target.new_output(epoch=2)
+    successor.open(half)
+    with pytest.raises(LeadershipLost):
+        old.flush()
+    assert live(target) == reference(events)[half]
+    successor.write(events[half:])
+    assert successor.flush() == len(events)
+    assert live(target) == reference(events)[-1]
+    stale = target.new_output(epoch=1)
+    with pytest.raises(LeadershipLost):
+        stale.open(0)
+
+
+def test_the_truncate_barrier_survives_a_restart(target: Target) -> None:
+    events = stream("mariadb", 8, 60)
+    truncate = max(i for i, e in enumerate(events) if e.op is Op.TRUNCATE)
+    end = min(c for c in boundaries(events) if c > truncate)
+    output = target.new_output()
+    output.open(0)
+    output.write(events[:end])
+    output.flush()
+    output.close()
+    restarted = target.new_output()
+    restarted.open(0)
+    restarted.write(events[:truncate - 1])  # an older replay: nothing comes back
+    restarted.flush()
+    assert live(target) == reference(events)[end]
+
+
+def _change(op: Op, key: int, txn: int, v: int = 0) -> list[ChangeEvent]:
+    after = None if op is Op.DELETE else {"id": key, "v": v, "blob": f"b{v}"}
+    base = 0x100 * txn
+    return [ChangeEvent(Op.BEGIN, None, position=lsn(base)),
+            ChangeEvent(op, A, (key,), after=after, position=lsn(base + 1)),
+            ChangeEvent(Op.COMMIT, None, position=lsn(base + 2))]
+
+
+def _numbered(groups: Sequence[list[ChangeEvent]]) -> list[ChangeEvent]:
+    events = [e for group in groups for e in group]
+    for seq, event in enumerate(events, 1):
+        event.seq = seq
+    return events
+
+
+def test_tombstones_are_hidden_kept_and_purged_by_margin(target: Target) -> None:
+    events = _numbered([_change(Op.INSERT, 1, 1, 1), _change(Op.INSERT, 2, 2, 2),
+                        _change(Op.DELETE, 1, 3)])
+    output = target.new_output(tombstone_margin=0, purge_interval_s=3600)
+    output.open(0)
+    output.write(events)
+    output.flush()
+    assert target.live(A) == {(2,): {"id": 2, "v": 2, "blob": "b2"}}
+    assert target.stored(A) == {(1,): True, (2,): False}
+    output.close()
+    purging = target.new_output(tombstone_margin=0, purge_interval_s=0)
+    purging.open(len(events))
+    later = _numbered([*[_change(Op.INSERT, 1, 1, 1), _change(Op.INSERT, 2, 2, 2),
+                         _change(Op.DELETE, 1, 3)], _change(Op.INSERT, 3, 4, 3)])
+    position = later[-1].position
+    assert position is not None
+    purging.write(later[len(events):])
+    purging.flush_checkpoint(Checkpoint("contract", 1, {"position": position.encode(),
+                                                        "seq": len(later), "dumps": []}))
+    assert target.stored(A) == {(2,): False, (3,): False}
+
+
+def test_added_source_columns_reach_the_replica(target: Target,
+                                               infos: dict[TableId, TableInfo]) -> None:
+    """A column the metadata gained (the source's ALTER) and one it does not know yet (typed
+    from its value) are both added; earlier rows read NULL there."""
+    first = ChangeEvent(Op.INSERT, B, (1,), after={"id": 1, "v": 1, "blob": "x"},
+                        position=lsn(0x101))
+    added = ChangeEvent(Op.INSERT, B, (2,), position=lsn(0x201),
+                        after={"id": 2, "v": 2, "blob": "y", "extra": "e", "n": 5})
+    events = _numbered([[ChangeEvent(Op.BEGIN, None, position=lsn(0x100)), first,
+                         ChangeEvent(Op.COMMIT, None, position=lsn(0x102))],
+                        [ChangeEvent(Op.BEGIN, None, position=lsn(0x200)), added,
+                         ChangeEvent(Op.COMMIT, None, position=lsn(0x202))]])
+    output = target.new_output()
+    output.open(0)
+    output.write(events[:3])
+    output.flush()
+    infos[B] = int_info(B, "extra")  # "n" stays unknown to the metadata
+    output.write(events[3:])
+    output.flush()
+    infos[B] = TableInfo(B, (*int_info(B, "extra").columns, ColumnInfo("n", "bigint")), ("id",))
+    assert target.live(B) == {(1,): {"id": 1, "v": 1, "blob": "x", "extra": None, "n": None},
+                              (2,): {"id": 2, "v": 2, "blob": "y", "extra": "e", "n": 5}}
+
+
+def _incompatible(target: Target) -> None:
+    if isinstance(target, SqlTarget):
+        target.execute("CREATE TABLE a (id INTEGER PRIMARY KEY, v BIGINT)")
+    else:
+        assert isinstance(target, DeltaTarget)
+        import pyarrow as pa
+        from deltalake import write_deltalake
+
+        write_deltalake(str(target.table_path(A)), pa.table({"id": [1], "v": ["x"]}))
+
+
+def test_an_incompatible_existing_table_is_refused_with_the_fix(target: Target) -> None:
+    _incompatible(target)
+    output = target.new_output()
+    output.open(0)
+    output.write(_numbered([_change(Op.INSERT, 1, 1, 1)]))
+    with pytest.raises(FatalOutputError) as raised:
+        output.flush()
+    error: Any = raised.value
+    assert "not a dblog replica" in error.message
+    assert error.fix and ("drop" in error.fix or "delete" in error.fix)
+
+
+@pytest.fixture(params=[t for t in TARGETS if t != "delta"])
+def sql_target(request: pytest.FixtureRequest, tmp_path: Path,
+               infos: dict[TableId, TableInfo]) -> Iterator[SqlTarget]:
+    for made in target_fixture(request.param, request, tmp_path, infos.get):
+        assert isinstance(made, SqlTarget)
+        yield made
+
+
+def test_sql_check_names_the_unique_constraint_rule(sql_target: SqlTarget) -> None:
+    target = sql_target
+    output = target.new_output()
+    output.open(0)
+    output.write(_numbered([_change(Op.INSERT, 1, 1, 1)]))
+    output.flush()
+    assert isinstance(output, SqlOutput)
+    assert any("only unique constraint" in f.message for f in output.check())
+    target.execute("CREATE UNIQUE INDEX a_v ON a (v)")
+    findings = output.check()
+    assert [f.level for f in findings if "a_v" in f.message] == ["error"]
+    restarted = target.new_output()
+    restarted.open(1)
+    restarted.write(_numbered([_change(Op.INSERT, 2, 2, 2)]))
+    with pytest.raises(FatalOutputError, match="a_v"):
+        restarted.flush()
