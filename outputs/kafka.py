@@ -54,6 +54,7 @@ from dblog.spi import Checkpoint, Finding
 log = logging.getLogger("dblog.outputs.kafka")
 librdkafka_log = logging.getLogger("dblog.outputs.kafka.librdkafka")
 _ERROR_LOG_EVERY_S = 5.0
+_SLOW_COMMIT_S = 2.0
 
 
 class KafkaOutput:
@@ -123,6 +124,7 @@ class KafkaOutput:
     # -- open ---------------------------------------------------------------------------------
 
     def open(self, committed_seq: int) -> None:
+        started = time.monotonic()
         self._teardown()
         self._poison, self._fatal, self._stored = None, None, None
         self._in_txn = self._commit_pending = False
@@ -134,6 +136,8 @@ class KafkaOutput:
             start = max(start, self._open_transactions(producer))
         self._sent = self._acked = start
         self._tracker = Tracker(start, self._planner.table_of)
+        log.info("Kafka output %s open (%s) in %.1f s, from seq %d", self.name,
+                 self.config.delivery, time.monotonic() - started, start)
 
     def _new_producer(self) -> Producer:
         settings = self.config.producer_settings(self.pipeline, self._on_error, librdkafka_log)
@@ -163,7 +167,7 @@ class KafkaOutput:
 
     def _open_transactions(self, producer: Producer) -> int:
         """Fence earlier producers, read the checkpoint; the seq Kafka holds up to."""
-        settings = self.config.client_settings()
+        settings = self.config.client_settings(librdkafka_log)
         timeout = self.config.connect_timeout_s
         ensure_checkpoint_topic(settings, self.checkpoint_topic, timeout)
         init_transactions(producer, self.transactional_id, timeout)
@@ -276,9 +280,13 @@ class KafkaOutput:
         producer, pending = self._producer, self._pending
         assert producer is not None and pending is not None
         sender = Sender(producer, self._planner.table_of, self.config.flush_timeout_s)
+        started = time.monotonic()
         try:
             sender.wait(self._tracker, self.config.flush_timeout_s)
             error = commit(producer, self.config.flush_timeout_s)
+            if time.monotonic() - started > _SLOW_COMMIT_S:
+                log.warning("a Kafka transaction commit took %.1f s",
+                            time.monotonic() - started)
         except DblogError as exc:
             if not self._tracker.batches or self._tracker.batches[0].error is None:
                 raise  # not delivered in time: the commit stays pending and is retried

@@ -13,7 +13,7 @@ import re
 import string
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 TOPIC_FIELDS = frozenset({"prefix", "pipeline", "schema", "table"})
 _TOPIC_CHARS = re.compile(r"[^A-Za-z0-9._-]")
@@ -84,7 +84,8 @@ class KafkaConfig(BaseModel):
     delivery: Literal["at-least-once", "exactly-once"] = "at-least-once"
     transactional_id: str | None = None
     """exactly-once: the producer's ``transactional.id`` (default ``dblog-{pipeline}``); every
-    instance of one pipeline must use the same, or a deposed leader is not fenced."""
+    instance of one pipeline must use the same, or a deposed leader is not fenced. Ignored
+    with at-least-once."""
     checkpoint_topic: str = "{prefix}.dblog-checkpoint"
     transaction_topic: str | None = None
     """Where BEGIN/COMMIT markers go (one partition, in order); unset: they are not sent."""
@@ -125,13 +126,6 @@ class KafkaConfig(BaseModel):
                 raise ValueError(f"producer.{key} cannot be overridden: {_REFUSED[key]}")
         return value
 
-    @model_validator(mode="after")
-    def _exactly_once_fields(self) -> KafkaConfig:
-        if self.transactional_id is not None and self.delivery != "exactly-once":
-            raise ValueError("transactional_id is only used with delivery: exactly-once; "
-                             "remove it or set delivery: exactly-once")
-        return self
-
     @property
     def exactly_once(self) -> bool:
         return self.delivery == "exactly-once"
@@ -147,11 +141,12 @@ class KafkaConfig(BaseModel):
             settings.setdefault("transaction.timeout.ms", int(self.transaction_timeout_s * 1000))
         return settings
 
-    def client_settings(self) -> dict[str, Any]:
-        """Settings an admin client or consumer shares with the producer (servers, security)."""
+    def client_settings(self, logger: Any) -> dict[str, Any]:
+        """Settings an admin client or consumer shares with the producer (servers, security,
+        the logger librdkafka's messages go to)."""
         shared = {k: v for k, v in self.producer.items()
                   if k.startswith(("security.", "sasl.", "ssl.", "client.dns", "socket."))}
-        return {**shared, "bootstrap.servers": self.bootstrap_servers}
+        return {**shared, "bootstrap.servers": self.bootstrap_servers, "logger": logger}
 
     def topic_values(self, pipeline: str) -> dict[str, str]:
         return {"prefix": self.prefix if self.prefix is not None else pipeline,

@@ -60,11 +60,11 @@ def test_murmur2_matches_kafkas_java_utils() -> None:
 def test_config_errors_name_the_field_and_the_fix() -> None:
     with pytest.raises(ValueError, match=r"topic .*\['tabel'\].*use"):
         KafkaOutput({"bootstrap_servers": "h:1", "topic": "{prefix}.{tabel}"})
-    with pytest.raises(ValueError, match="producer.enable.idempotence cannot be overridden"):
+    with pytest.raises(ValueError, match=r"producer\.enable\.idempotence cannot be overridden"):
         KafkaOutput({"bootstrap_servers": "h:1", "producer": {"enable.idempotence": False}})
     with pytest.raises(ValueError, match="'kafka' is not host:port"):
         KafkaOutput({"bootstrap_servers": "kafka"})
-    with pytest.raises(ValueError, match="checkpoint_topic .*\\['table'\\]"):
+    with pytest.raises(ValueError, match=r"checkpoint_topic .*\['table'\]"):
         KafkaOutput({"bootstrap_servers": "h:1", "checkpoint_topic": "{table}.cp"})
     with pytest.raises(ConfigError, match="unknown format 'avro'"):
         KafkaOutput({"bootstrap_servers": "h:1", "format": "avro"})

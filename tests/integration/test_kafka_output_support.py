@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]  # re-export
+from confluent_kafka.admin import AdminClient
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,9 @@ def _consume(consumer: Consumer, ends: dict[tuple[str, int], int],
             if (message.offset() or 0) >= ends[tp]:
                 waiting.discard(tp)
             continue
-        headers = {k: bytes(v or b"") for k, v in message.headers() or []}
+        raw = message.headers() or []
+        pairs = raw.items() if isinstance(raw, dict) else raw
+        headers = {k: v if isinstance(v, bytes) else (v or "").encode() for k, v in pairs}
         out.append(Msg(tp[0], tp[1], message.offset() or 0, message.key(), message.value(),
                        headers))
     return out
