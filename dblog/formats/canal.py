@@ -28,7 +28,6 @@ from dblog.formats.changelog import (
     Change,
     ChangelogFormat,
     ChangelogOptions,
-    commit_millis,
     parse_options,
 )
 from dblog.formats.coltypes import Family, parse_type
@@ -46,6 +45,8 @@ class CanalFormat(ChangelogFormat):
     def __init__(self, clock: Callable[[], float] = time.time, **options: Any) -> None:
         super().__init__(parse_options(ChangelogOptions, self.name, options), clock)
         self._types: dict[tuple[Family, TableInfo], tuple[dict[str, str], dict[str, int]]] = {}
+        self._last_types: tuple[TableInfo | None, Family | None, tuple[Any, Any]] = (
+            None, None, (None, None))
 
     def mapper(self, family: Family, info: TableInfo) -> RowMapper:
         return RowMapper(self.name, info, {
@@ -64,7 +65,7 @@ class CanalFormat(ChangelogFormat):
             change.after if isinstance(change.after, dict) else change.after.decode())
         old = None
         if change.kind == "update" and after is not None and before is not None \
-                and all(c.name in before for c in info.columns):
+                and before.keys() >= self.column_names(info):
             old = [{name: before[name] for name, value in after.items()
                     if before.get(name) != value}]
         data = after if change.kind != "delete" else before
@@ -76,7 +77,7 @@ class CanalFormat(ChangelogFormat):
                  data: list[dict[str, Any]] | None, old: list[dict[str, Any]] | None
                  ) -> dict[str, Any]:
         table = event.table
-        es = commit_millis(event.commit_ts)
+        es = self.commit_millis(event.commit_ts)
         mysql_types, sql_types = self._column_types(event, info)
         truncate = change.kind == "truncate"
         return {
@@ -93,9 +94,13 @@ class CanalFormat(ChangelogFormat):
         if info is None:
             return None, None
         family = self.family_of[self.connector(event)]
+        last = self._last_types
+        if last[0] is info and last[1] == family:
+            return last[2]
         cached = self._types.get((family, info))
         if cached is None:
             cached = self._types[(family, info)] = (
                 {c.name: c.type_name for c in info.columns},
                 {c.name: sql_type(parse_type(family, c.type_name)) for c in info.columns})
+        self._last_types = (info, family, cached)
         return cached

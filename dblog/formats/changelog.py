@@ -146,6 +146,9 @@ class ChangelogFormat(ABC):
         self.clock = clock
         self.skipped: Counter[str] = Counter()
         self._mappers: dict[tuple[Family, TableInfo], RowMapper] = {}
+        self._last: tuple[TableInfo | None, Family | None, RowMapper | None] = (None, None, None)
+        self._commit: tuple[str | None, int | None] = (None, None)
+        self._names: tuple[TableInfo | None, frozenset[str]] = (None, frozenset())
 
     # the Format protocol
 
@@ -211,10 +214,25 @@ class ChangelogFormat(ABC):
 
     def row_mapper(self, event: ChangeEvent, info: TableInfo) -> RowMapper:
         family = self.family_of[self.connector(event)]
+        last_info, last_family, mapper = self._last
+        if info is last_info and family == last_family and mapper is not None:
+            return mapper  # the common case: a lookup hands out the same object per table
         mapper = self._mappers.get((family, info))
         if mapper is None:
             mapper = self._mappers[(family, info)] = self.mapper(family, info)
+        self._last = (info, family, mapper)
         return mapper
+
+    def column_names(self, info: TableInfo) -> frozenset[str]:
+        if info is not self._names[0]:
+            self._names = (info, frozenset(c.name for c in info.columns))
+        return self._names[1]
+
+    def commit_millis(self, text: str | None) -> int | None:
+        """:func:`commit_millis`, remembered for the events of one transaction."""
+        if text != self._commit[0]:
+            self._commit = (text, commit_millis(text))
+        return self._commit[1]
 
     # planning
 
@@ -258,7 +276,7 @@ class ChangelogFormat(ABC):
     def _before(self, event: ChangeEvent, info: TableInfo, key: Key | None) -> Row | None:
         """The old row if the source logged it in full; else the policy decides."""
         before = event.before
-        if before is not None and all(c.name in before for c in info.columns):
+        if before is not None and before.keys() >= self.column_names(info):
             return before
         if self.options.before_image == "as-logged":
             if before is None and event.op is Op.DELETE and key is not None:

@@ -24,14 +24,13 @@ from typing import Any
 
 import orjson
 
-from dblog.core.model import ChangeEvent, Op, TableInfo
+from dblog.core.model import ChangeEvent, Op, TableId, TableInfo
 from dblog.formats.base import Record
 from dblog.formats.changelog import (
     Change,
     ChangelogFormat,
     ChangelogOptions,
     Connector,
-    commit_millis,
     parse_options,
 )
 from dblog.formats.coltypes import Family, parse_type
@@ -70,6 +69,10 @@ class DebeziumFormat(ChangelogFormat):
         self._txid: int | None = None
         self._total = 0
         self._per_table: Counter[tuple[str, str]] = Counter()
+        self._templates: dict[tuple[Connector, TableId | None], dict[str, Any]] = {}
+        self._positions: tuple[Any, int | None, str | None, dict[str, Any]] = (
+            None, None, None, {})
+        self._read_source: tuple[Any, Any] = (None, None)
 
     def mapper(self, family: Family, info: TableInfo) -> RowMapper:
         return RowMapper(self.name, info, {
@@ -97,29 +100,68 @@ class DebeziumFormat(ChangelogFormat):
 
     def _envelope(self, event: ChangeEvent, connector: Connector, change: Change,
                   before: Any, after: Any) -> dict[str, Any]:
-        return {"before": before, "after": after, "source": self._source(event, connector),
+        now = self.now_millis()
+        source: Any
+        if event.op is Op.READ:  # the rows of a chunk share their source block
+            key = (connector, event.table, event.position, now)
+            if key != self._read_source[0]:
+                self._read_source = (key, orjson.Fragment(orjson.dumps(
+                    self._source(event, connector))))
+            source = self._read_source[1]
+        else:
+            source = self._source(event, connector)
+        return {"before": before, "after": after, "source": source,
                 "transaction": self._transaction(event, connector),
-                "op": _OPS[change.kind], "ts_ms": self.now_millis(), "seq": event.seq}
+                "op": _OPS[change.kind], "ts_ms": now, "seq": event.seq}
 
     def _source(self, event: ChangeEvent, connector: Connector) -> dict[str, Any]:
-        table, position = event.table, event.position
-        ts = commit_millis(event.commit_ts)
-        common = {"version": dblog_version(), "connector": connector, "name": self.dbz.server_name,
-                  "ts_ms": self.now_millis() if ts is None else ts,
-                  "snapshot": "incremental" if event.op is Op.READ else "false"}
-        where = {"schema": table.schema if table else None,
-                 "table": table.name if table else None}
-        dblog_position = None if position is None else str(position)
+        """The source block: the table's constant fields made once, then this event's."""
+        template = self._templates.get((connector, event.table))
+        if template is None:
+            template = self._templates[(connector, event.table)] = self._template(
+                connector, event)
+        source = template.copy()
+        ts = self.commit_millis(event.commit_ts)
+        source["ts_ms"] = self.now_millis() if ts is None else ts
+        if event.op is Op.READ:
+            source["snapshot"] = "incremental"
         if connector == "postgresql":
-            return {**common, "db": self.dbz.database, "sequence": None, **where,
-                    "txId": event.txid, "lsn": _lsn(dblog_position), "xmin": None,
-                    "dblog_position": dblog_position}
-        file, pos = _binlog_file(dblog_position, position.kind if position else None)
-        gtid = _gtid(dblog_position, position.kind if position else None, event.txid)
-        return {**common, "db": where["schema"], "sequence": None, "table": where["table"],
-                "server_id": _server_id(gtid, connector), "gtid": gtid, "file": file,
-                "pos": pos, "row": None, "thread": None, "query": None,
-                "dblog_position": dblog_position}
+            source["txId"] = event.txid
+        source.update(self._position_fields(event, connector))
+        return source
+
+    def _template(self, connector: Connector, event: ChangeEvent) -> dict[str, Any]:
+        table = event.table
+        schema, name = (table.schema, table.name) if table else (None, None)
+        common = {"version": dblog_version(), "connector": connector,
+                  "name": self.dbz.server_name, "ts_ms": None, "snapshot": "false"}
+        if connector == "postgresql":
+            return {**common, "db": self.dbz.database, "sequence": None, "schema": schema,
+                    "table": name, "txId": None, "lsn": None, "xmin": None,
+                    "dblog_position": None}
+        return {**common, "db": schema, "sequence": None, "table": name, "server_id": None,
+                "gtid": None, "file": None, "pos": None, "row": None, "thread": None,
+                "query": None, "dblog_position": None}
+
+    def _position_fields(self, event: ChangeEvent, connector: Connector) -> dict[str, Any]:
+        """The fields read from the event's position (the rows of a chunk share one, so the
+        last is remembered)."""
+        position, txid = event.position, event.txid
+        cached = self._positions
+        if txid == cached[1] and connector == cached[2] and (position is cached[0] or (
+                type(position) is type(cached[0]) and position == cached[0])):
+            return cached[3]
+        text = None if position is None else str(position)
+        kind = None if position is None else position.kind
+        if connector == "postgresql":
+            fields: dict[str, Any] = {"lsn": _lsn(text), "dblog_position": text}
+        else:
+            gtid = _gtid(text, kind, txid)
+            file, pos = _binlog_file(text, kind)
+            fields = {"server_id": _server_id(gtid, connector), "gtid": gtid, "file": file,
+                      "pos": pos, "dblog_position": text}
+        self._positions = (position, txid, connector, fields)
+        return fields
 
     def _transaction(self, event: ChangeEvent, connector: Connector) -> dict[str, Any] | None:
         if event.txid is None or event.table is None or not self.dbz.transaction_metadata:
@@ -127,13 +169,12 @@ class DebeziumFormat(ChangelogFormat):
         if event.txid != self._txid:  # no BEGIN seen (a stream that starts mid-transaction)
             self._start_transaction(event.txid)
         self._total += 1
-        self._per_table[(event.table.schema, event.table.name)] += 1
-        position = None if event.position is None else str(event.position)
-        gtid = None if connector == "postgresql" else _gtid(
-            position, event.position.kind if event.position else None, event.txid)
+        table = (event.table.schema, event.table.name)
+        self._per_table[table] += 1
+        gtid = None if connector == "postgresql" else \
+            self._position_fields(event, connector)["gtid"]
         return {"id": gtid or str(event.txid), "total_order": self._total,
-                "data_collection_order": self._per_table[(event.table.schema,
-                                                          event.table.name)]}
+                "data_collection_order": self._per_table[table]}
 
     def _start_transaction(self, txid: int | None) -> None:
         self._txid, self._total = txid, 0

@@ -26,9 +26,9 @@ from dblog.formats.temporal import (
     epoch_micros,
     interval_iso,
     iso_time,
-    iso_timestamp,
     time_micros,
     utc_time_micros,
+    zoned_iso,
 )
 
 
@@ -66,7 +66,7 @@ def _zoned_timestamp(precision: int | None) -> Converter:
     def convert(value: Any) -> Any:
         if value in ("infinity", "-infinity"):
             return value
-        return iso_timestamp(epoch_micros(value), precision)
+        return zoned_iso(value, precision)
 
     return convert
 
@@ -232,7 +232,7 @@ def mysql_converter(ct: ColumnType) -> Converter | None:
         return _my_datetime(ct.precision)
     if base == "timestamp":
         precision = ct.precision or 0
-        return lambda value: iso_timestamp(epoch_micros(value), precision)
+        return lambda value: zoned_iso(value, precision)
     if base == "time":
         return time_micros
     if base == "bit":

@@ -29,6 +29,8 @@ class RowMapper:
         self.info = info
         self.converters = dict(converters)
         self.identity = all(c is None for c in self.converters.values())
+        self._names = frozenset(self.converters)
+        self._active = tuple((n, c) for n, c in self.converters.items() if c is not None)
         self._types = {c.name: c.type_name for c in info.columns}
 
     def image(self, image: RowImage) -> Any:
@@ -41,30 +43,32 @@ class RowMapper:
         return self.values(image)
 
     def values(self, row: Row) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        converters = self.converters
-        for name, value in row.items():
-            convert = converters.get(name, _unknown)
-            if convert is _unknown:
-                raise FatalOutputError(
-                    f"{self.format_name}: column {name!r} of {self.info.table} is not in the "
-                    "table's metadata, so its type (and value form) is unknown",
-                    fix="the output's table lookup must follow schema changes (refresh the "
-                        "table's metadata on its schema event)")
-            out[name] = value if value is None or convert is None else \
-                self._convert(convert, name, value)
+        """The row with each non-null value of a converted column mapped (a copy)."""
+        if not row.keys() <= self._names:
+            self._unknown(row)
+        out = dict(row)
+        name = ""
+        try:
+            for name, convert in self._active:
+                value = out.get(name)
+                if value is not None:
+                    out[name] = convert(value)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise FatalOutputError(
+                f"{self.format_name}: cannot map {self.info.table}.{name} "
+                f"({self._types.get(name)}) value {row.get(name)!r}: {exc}",
+                fix="report this value: the format's type mapping does not cover it "
+                    "(docs/formats.md)") from exc
         return out
 
     def key(self, key: Key) -> dict[str, Any]:
         """The key as an object of key columns, values mapped like the row's."""
         return self.values(dict(zip(self.info.key_columns, key, strict=True)))
 
-    def _convert(self, convert: Converter, name: str, value: Any) -> Any:
-        try:
-            return convert(value)
-        except (ValueError, TypeError, OverflowError) as exc:
-            raise FatalOutputError(
-                f"{self.format_name}: cannot map {self.info.table}.{name} "
-                f"({self._types.get(name)}) value {value!r}: {exc}",
-                fix="report this value: the format's type mapping does not cover it "
-                    "(docs/formats.md)") from exc
+    def _unknown(self, row: Row) -> None:
+        name = sorted(row.keys() - self._names)[0]
+        raise FatalOutputError(
+            f"{self.format_name}: column {name!r} of {self.info.table} is not in the "
+            "table's metadata, so its type (and value form) is unknown",
+            fix="the output's table lookup must follow schema changes (refresh the table's "
+                "metadata on its schema event)")
