@@ -244,3 +244,16 @@ def test_encode_joins_the_records_of_one_event() -> None:
     read = ChangeEvent(Op.READ, info.table, (1, "a"), None, EncodedRow(orjson.dumps(ROW)),
                        Lsn(5), dump_id="d", seq=2)
     assert orjson.loads(DebeziumFormat().encode(read, info))["after"]["v"] == "x"
+
+
+def test_every_builtin_format_is_a_format_by_name() -> None:
+    """The registry gives each built-in format (typed as the Format protocol, so mypy checks
+    that each implements it)."""
+    from dblog.formats.base import Format
+    from dblog.formats.canal import CanalFormat
+    from dblog.formats.native import NativeFormat
+
+    formats: list[Format] = [NativeFormat(), DebeziumFormat(), CanalFormat()]
+    for fmt in formats:
+        made = format_by_name(fmt.name)
+        assert type(made) is type(fmt) and made is not fmt
