@@ -71,7 +71,7 @@ def _engine_metrics(status: dict[str, Any]) -> Iterator[Metric]:
     failures = CounterMetricFamily("dblog_output_errors", "output calls that failed "
                                    "(each retried or fatal)", labels=["output", "call"])
     for row in metrics.get("outputs", []):
-        labels = [row["output"], row["call"]]
+        labels = [row["output"], row["action"]]
         calls.add_metric(labels, row["calls"])
         seconds.add_metric(labels, row["seconds"])
         failures.add_metric(labels, row["failures"])

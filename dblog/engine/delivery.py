@@ -118,8 +118,9 @@ class Delivery:
 
     def _sink(self, output: Output) -> Sink:
         if self.threaded:
-            return ThreadedSink(output, self.clock, self.max_retries, self.max_batches)
-        return InlineSink(output, self.clock, self.max_retries)
+            return ThreadedSink(output, self.clock, self.max_retries, self.max_batches,
+                                self.metrics)
+        return InlineSink(output, self.clock, self.max_retries, self.metrics)
 
     def emit(self, event: ChangeEvent) -> None:
         self.last_seq += 1

@@ -20,14 +20,17 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Sequence
-from typing import Protocol
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
 
 from dblog.core.model import ChangeEvent
 from dblog.runtime.retry import retry
 from dblog.spi import Checkpoint, CheckpointingOutput, Clock, DiscardingOutput, Output
+from dblog.spi.metrics import Counters, MetricsSink
 
 log = logging.getLogger("dblog.engine.sinks")
+T = TypeVar("T")
 _PUT_WAIT_S = 0.1
 
 
@@ -60,19 +63,33 @@ class Sink(Protocol):
 class InlineSink:
     """Calls the output on the engine thread (deterministic tests, and the reference)."""
 
-    def __init__(self, output: Output, clock: Clock, attempts: int) -> None:
+    def __init__(self, output: Output, clock: Clock, attempts: int,
+                 metrics: MetricsSink | None = None) -> None:
         self.output, self.clock, self.attempts = output, clock, attempts
+        self.metrics: MetricsSink = metrics or Counters()
         self.name = output.name
         self._acked = 0
 
+    def _call(self, action: str, call: Callable[[], T]) -> T:
+        """One output call, retried, each attempt timed and counted for the metrics."""
+        def timed() -> T:
+            started = time.monotonic()
+            try:
+                result = call()
+            except BaseException:
+                self.metrics.output_call(self.name, action, time.monotonic() - started, True)
+                raise
+            self.metrics.output_call(self.name, action, time.monotonic() - started, False)
+            return result
+
+        return retry(timed, f"{action} {self.name}", self.clock, attempts=self.attempts)
+
     def open(self, committed_seq: int) -> None:
-        retry(lambda: self.output.open(committed_seq), f"open {self.name}", self.clock,
-              attempts=self.attempts)
+        self._call("open", lambda: self.output.open(committed_seq))
         self._acked = committed_seq
 
     def write(self, batch: Sequence[ChangeEvent]) -> None:
-        retry(lambda: self.output.write(batch), f"write to {self.name}", self.clock,
-              attempts=self.attempts)
+        self._call("write", lambda: self.output.write(batch))
 
     def request_flush(self, checkpoint: Checkpoint | None = None) -> None:
         self._acked = self._flush(checkpoint)
@@ -80,9 +97,8 @@ class InlineSink:
     def _flush(self, checkpoint: Checkpoint | None) -> int:
         output = self.output
         if checkpoint is not None and isinstance(output, CheckpointingOutput):
-            return retry(lambda: output.flush_checkpoint(checkpoint), f"flush {self.name}",
-                         self.clock, attempts=self.attempts)
-        return retry(output.flush, f"flush {self.name}", self.clock, attempts=self.attempts)
+            return self._call("flush", lambda: output.flush_checkpoint(checkpoint))
+        return self._call("flush", output.flush)
 
     def acknowledged(self) -> int:
         return self._acked
@@ -116,8 +132,9 @@ _STOP = object()
 class ThreadedSink(InlineSink):
     """The output's calls (after ``open``) all happen on one worker thread, in queue order."""
 
-    def __init__(self, output: Output, clock: Clock, attempts: int, max_batches: int) -> None:
-        super().__init__(output, clock, attempts)
+    def __init__(self, output: Output, clock: Clock, attempts: int, max_batches: int,
+                 metrics: MetricsSink | None = None) -> None:
+        super().__init__(output, clock, attempts, metrics)
         self._queue: queue.Queue[object] = queue.Queue(maxsize=max_batches)
         self._error: BaseException | None = None
         self._flush_pending: _Flush | None = None

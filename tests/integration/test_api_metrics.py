@@ -78,6 +78,11 @@ def test_metrics_during_a_dump_with_writers(env: Env) -> None:
                              ("dblog_dump_rows", {"dump": dump_id, "state": "running"})):
             assert value(second, name, **labels) > value(first, name, **labels), (name, labels)
         assert value(second, "dblog_up") == 1 and value(second, "dblog_leader") == 1
+        calls = {labels: v for (name, labels), v in second.items()
+                 if name == "dblog_output_calls_total"}
+        assert any(dict(labels)["call"] == "write" and v > 0 for labels, v in calls.items()), \
+            calls  # output latency: calls and seconds per output call
+        assert any(n == "dblog_output_seconds_total" and v > 0 for (n, _), v in second.items())
         assert value(second, "dblog_table_state", table="public.t_int", state="dumping") == 1
         assert value(second, "dblog_dump_estimated_rows", dump=dump_id) > 15_000
         assert ("dblog_queue_depth", (("queue", "pending_commits"),)) in second
