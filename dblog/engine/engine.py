@@ -219,10 +219,13 @@ class Engine:
                 last_progress = now
 
     def _poll_timeout(self, scheduler: DumpScheduler) -> float:
-        if scheduler.due():
+        due_in = scheduler.due_in()  # 0 when a step is due now; the chunk delay otherwise
+        if due_in == 0:
             return 0.0
         if scheduler.busy():  # a chunk is in flight: look at its results again soon
             return min(self.settings.poll_timeout_s, _PUMP_INTERVAL_S)
+        if due_in is not None:
+            return min(self.settings.poll_timeout_s, due_in)
         return self.settings.poll_timeout_s
 
     # -- control (any thread) -------------------------------------------------------------
@@ -244,6 +247,10 @@ class Engine:
                 dump = scheduler.validated(tables, table, keys)
             except DblogError as exc:  # the request fails alone; the engine goes on
                 raise _Rejected(exc) from exc
+            except Exception as exc:  # only dblog's own errors leave the engine
+                log.error("dump request failed its checks", exc_info=exc)
+                raise _Rejected(DumpRequestError(
+                    f"the request could not be checked: {type(exc).__name__}: {exc}")) from exc
             if dump_id is not None:
                 dump = replace(dump, id=dump_id)
             scheduler.accept(dump)

@@ -40,8 +40,8 @@ from dblog.core.window import (
 )
 from dblog.engine.jobs import READ_AHEAD_DEPTH, ChunkJob, JobSpec, Runner, following
 from dblog.engine.settings import EngineSettings, Knobs
-from dblog.errors import DumpRequestError, FatalSourceError
-from dblog.spi import Chunk, ChunkReader, Clock
+from dblog.errors import DblogError, DumpRequestError, FatalSourceError
+from dblog.spi import Chunk, ChunkReader, Clock, KeyListParser
 
 log = logging.getLogger("dblog.engine")
 
@@ -56,6 +56,10 @@ class Outlet(Protocol):
     def commit(self) -> PipelineState: ...
 
     def update_committed(self, change: Callable[[PipelineState], PipelineState]) -> None: ...
+
+
+def _log_skipped(table: TableId, error: DblogError) -> None:
+    log.warning("not dumping %s: %s", table, error.message)
 
 
 @dataclass
@@ -101,11 +105,13 @@ class DumpScheduler:
         """Whether a window is open or chunk jobs wait ahead (log changes must be applied)."""
         return self.open is not None or bool(self.ahead)
 
-    def due(self) -> bool:
-        """A dump step that needs no log input is due (a table's first step, a dump's end):
-        the loop must not wait for the log before taking it."""
-        return (self.open is None and not self.ahead and self.live.active() is not None
-                and self.clock.monotonic() >= self.next_chunk_at)
+    def due_in(self) -> float | None:
+        """Seconds until the next dump step waits for nothing but the chunk delay (None: no
+        such step is pending). The loop must not wait longer for the log than this, or every
+        chunk would cost a whole poll timeout on an idle source."""
+        if self.open is not None or self.ahead or self.live.active() is None:
+            return None
+        return max(0.0, self.next_chunk_at - self.clock.monotonic())
 
     def busy(self) -> bool:
         """A chunk is in flight: the loop should look at its results again soon."""
@@ -164,7 +170,10 @@ class DumpScheduler:
     def validated(self, tables: Sequence[str | TableId] | None, table: str | TableId | None,
                   keys: Sequence[Sequence[object]] | None) -> Dump:
         """A dump for a request, checked against the source; raises DumpRequestError."""
-        return dumpops.validated_dump(self.chunks, self.table_info, tables, table, keys)
+        chunks = self.chunks
+        parse_keys = chunks.parse_keys if isinstance(chunks, KeyListParser) else None
+        return dumpops.validated_dump(chunks, self.table_info, tables, table, keys,
+                                      on_skip=_log_skipped, parse_keys=parse_keys)
 
     def accept(self, dump: Dump) -> None:
         """Queue a validated dump and make it durable at once."""
@@ -205,16 +214,16 @@ class DumpScheduler:
         if dump is None:
             return
         plan = dumpops.next_chunk(dump, self.knobs.chunk_size)
+        if plan is None:
+            self._set_live(dumpops.set_state(dump, DumpState.DONE))
+            return
         try:
-            if plan is None:
-                self._set_live(dumpops.set_state(dump, DumpState.DONE))
-            elif plan.needs_start:
+            if plan.needs_start:
                 self._start_table(dump, plan.table)
             else:
                 self._open_chunk(plan)
-        except DumpRequestError as exc:
-            log.error("dump %s failed: %s", dump.id, exc)
-            self._set_live(dumpops.set_state(dump, DumpState.FAILED, str(exc)))
+        except Exception as exc:
+            self._fail_dump(dump.id, exc)
 
     def _start_table(self, dump: Dump, table: TableId) -> None:
         info = self.table_info(table)
@@ -247,7 +256,7 @@ class DumpScheduler:
             return
         try:
             self._open_chunk(plan)
-        except DumpRequestError:
+        except Exception:
             return  # the loop plans it again and fails the dump there
 
     def _may_read_ahead(self) -> bool:
@@ -274,6 +283,25 @@ class DumpScheduler:
             self._submit(before.table, before.dump_id, partial(following, before),
                          self.table_info(before.table))
 
+    def _fail_dump(self, dump_id: str, exc: Exception) -> None:
+        """A dump step (a table's start, a chunk job) failed: the dump fails alone, with the
+        reason in the state and the status, and is never run again; the log goes on. A
+        retryable error is raised instead (the restart resumes the dump), and so is anything
+        that is not an ``Exception`` (the error of the step is its own, not the pipeline's)."""
+        if isinstance(exc, DblogError) and exc.retryable:
+            raise exc
+        if not isinstance(exc, DblogError):  # a connector's bug: wrapped where it surfaced
+            log.error("dump %s: unexpected %s while reading", dump_id, type(exc).__name__,
+                      exc_info=exc)
+            exc = DumpRequestError(f"{type(exc).__name__}: {exc}")
+        self._drop_jobs(dump_id)
+        if self.open is not None and self.open.plan.dump_id == dump_id:
+            self.open = None
+        dump = self.live.get(dump_id)
+        if dump is not None and dump.state in dumpops.ACTIVE_STATES:
+            log.error("dump %s failed: %s", dump_id, exc)
+            self._set_live(dumpops.set_state(dump, DumpState.FAILED, str(exc)))
+
     # -- jobs and windows ----------------------------------------------------------------------
 
     def skip_empty_jobs(self) -> None:
@@ -295,12 +323,8 @@ class DumpScheduler:
         self.runner.wait(job.future)
         try:
             read = job.read()
-        except DumpRequestError as exc:
-            self._drop_jobs(job.dump_id)
-            dump = self.live.get(job.dump_id)
-            if dump is not None:
-                log.error("dump %s failed: %s", dump.id, exc)
-                self._set_live(dumpops.set_state(dump, DumpState.FAILED, str(exc)))
+        except Exception as exc:
+            self._fail_dump(job.dump_id, exc)
             return
         if read is None:
             return

@@ -15,6 +15,7 @@ from dblog.core.model import ChangeEvent, LogItem, Op, TableId, Watermark
 from dblog.core.recent import RecentTransactions
 from dblog.engine.commands import CommandChannel
 from dblog.engine.delivery import Delivery
+from dblog.engine.engine import Engine
 from dblog.engine.jobs import BlockingChunkRead, InlineRunner
 from dblog.engine.loop import LogForwarder, TransactionBoundary
 from dblog.engine.scheduler import DumpScheduler
@@ -25,6 +26,7 @@ from dblog.testing import (
     ListOutput,
     LogOffset,
     MemoryChunkReader,
+    MemoryConnector,
     MemoryDatabase,
     MemoryStateStore,
     MemoryWatermarkWriter,
@@ -199,3 +201,22 @@ def test_the_forwarder_keeps_transactions_whole_and_skips_empty_ones() -> None:
     assert [(e.op, e.txid) for e in out.events] == [
         (Op.BEGIN, 2), (Op.INSERT, 2), (Op.COMMIT, 2)]
     assert boundary.position == LogOffset(7) and boundary.seq == 3
+
+
+def test_the_loop_waits_for_the_log_no_longer_than_the_chunk_delay() -> None:
+    """A chunk delay of 10 ms must cost about 10 ms, not a whole poll timeout (0.2 s) of an
+    idle log between chunks."""
+    db, table = _db(12)
+    settings = EngineSettings(chunk_size=4, chunk_delay_s=0.01, chunk_worker=False)
+    out = ListOutput()
+    connector = MemoryConnector(db)
+    engine = Engine(connector, [out], MemoryStateStore(), settings, clock=FakeClock())
+    read = BlockingChunkRead(MemoryChunkReader(db), MemoryWatermarkWriter(db), PhaseHooks())
+    scheduler = DumpScheduler(settings, engine.knobs, engine.clock, MemoryChunkReader(db),
+                              InlineRunner(read), RecordingOutlet(), lambda dump: None,
+                              RecentTransactions(10))
+    assert engine._poll_timeout(scheduler) == settings.poll_timeout_s  # no dump: wait
+    scheduler.accept(scheduler.validated([str(table)], None, None))
+    assert engine._poll_timeout(scheduler) == 0.0  # a step is due now
+    scheduler.next_chunk_at = engine.clock.monotonic() + 0.01  # a chunk just closed
+    assert 0 < engine._poll_timeout(scheduler) <= 0.01
