@@ -11,9 +11,11 @@ table equal to the source (I3 checked on Kafka, not on a file).
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,10 @@ import pytest
 
 from dblog.app.pipeline import Pipeline
 from dblog.engine import EngineSettings
+from dblog.harness.kafka import KafkaCluster
+from dblog.harness.postgres import HarnessError
 from dblog.outputs.kafka import KafkaOutput
+from tests.conftest import unavailable
 
 from .pgutil import check_commit_order, check_no_time_travel, dump_state, replayed, wait_until
 from .sources import Kit, kit
@@ -200,3 +205,61 @@ def _wait_state_position(kit: Kit, state: Path) -> None:
         return isinstance(position, type(target)) and position >= target
 
     wait_until(caught_up, 180, "the capture to catch up")
+
+
+@pytest.fixture()
+def own_kafka(tmp_path: Path) -> Iterator[KafkaCluster]:
+    """A broker of the test's own: it is stopped and restarted."""
+    from dblog.harness.kafka import start_kafka
+
+    try:
+        cluster = start_kafka()
+    except (HarnessError, OSError) as exc:
+        unavailable("Kafka", str(exc))
+    try:
+        yield cluster
+    finally:
+        (tmp_path / "kafka.log").write_text(cluster.log_tail(10**6))
+        cluster.stop()
+
+
+@pytest.mark.parametrize("delivery", MODES)
+def test_a_broker_outage_pauses_capture_and_loses_nothing(
+        pg_dsn: str, own_kafka: KafkaCluster, tmp_path: Path, delivery: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The broker is killed for 20 s mid-stream and started again: capture stops emitting
+    (the output's queue is full while its flush waits and retries, visibly in the log),
+    nothing is committed meanwhile, and afterwards Kafka holds every change."""
+    caplog.set_level(logging.INFO)
+    kit = Kit("postgres", pg_dsn)
+    kit.create_schema(rows=1000)
+    prefix = f"o{uuid.uuid4().hex[:10]}"
+    config = {**kafka_config(own_kafka.bootstrap, prefix, delivery), "flush_timeout_s": 3}
+    config.pop("type")
+    settings = EngineSettings(chunk_size=100, flush_interval_s=0.2, heartbeat_interval_s=1)
+    pipeline = Pipeline(kit.connector("outage", "outage"), [KafkaOutput(config)],
+                        state_path=str(tmp_path / "state.json"), settings=settings).start()
+    try:
+        with kit.writers(rows=1000, count=2, pause_s=0.002) as writers:
+            pipeline.dump(kit.tables)
+            wait_until(lambda: pipeline.status()["committed_seq"] > 2000, 120, "progress")
+            own_kafka.stop_node(0)
+            time.sleep(6)
+            paused = pipeline.status()
+            time.sleep(14)
+            still = pipeline.status()
+            own_kafka.start_node(0)
+            wait_until(lambda: pipeline.status()["committed_seq"] > still["emitted_seq"], 180,
+                       "capture to go on after the broker restarted")
+            time.sleep(2)
+        assert not writers.errors, writers.errors
+        _catch_up(pipeline, kit)
+    finally:
+        pipeline.stop()
+    assert still["committed_seq"] == paused["committed_seq"], "committed while Kafka was down"
+    assert still["emitted_seq"] - paused["emitted_seq"] <= settings.batch_size, \
+        f"capture went on while Kafka was down: {paused['emitted_seq']} -> {still['emitted_seq']}"
+    retries = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
+    assert any("flush" in r and "not delivered" in r for r in retries) or \
+        any("flush" in r and "Kafka" in r for r in retries), retries[:5]
+    check_kafka(kit, own_kafka.bootstrap, prefix, delivery)
