@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,11 +39,9 @@ def _topic(bootstrap: str, partitions: int = 1) -> str:
 
 
 def test_delta_write_and_merge_through_delta_spark(
-        spark_session: SparkSession, tmp_path: Path,
-        record_property: Callable[[str, object], None]) -> None:
+        spark_session: SparkSession, tmp_path: Path) -> None:
     from delta.tables import DeltaTable
 
-    record_property("spark_start_s", spark_session.conf.get("dblog.test.startSeconds"))
     path = str(tmp_path / "people")
     spark_session.createDataFrame([(1, "ann", 1), (2, "bob", 1), (3, "cy", 1)], SCHEMA) \
         .write.format("delta").save(path)
