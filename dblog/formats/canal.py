@@ -52,8 +52,9 @@ class CanalFormat(ChangelogFormat):
         return RowMapper(self.name, info, {
             c.name: canal_converter(parse_type(family, c.type_name)) for c in info.columns})
 
-    def on_marker(self, event: ChangeEvent) -> None:
-        """Canal carries no transaction markers in its flat messages."""
+    def marker_records(self, event: ChangeEvent) -> list[Record]:
+        """Canal's flat messages carry no transaction markers."""
+        return []
 
     def records(self, event: ChangeEvent, info: TableInfo | None, change: Change
                 ) -> list[Record]:

@@ -159,11 +159,14 @@ class ChangelogFormat(ABC):
 
     def encode_lines(self, events: Sequence[ChangeEvent], tables: TableLookup = no_tables
                      ) -> bytes:
-        """One line per record (tombstones have no line)."""
+        """One line per record of a table (tombstones and transaction records have no line: a
+        file of changes is read by consumers that know change events only)."""
         out: list[bytes] = []
         for event in events:
-            info = None if event.table is None else tables(event.table)
-            for record in self.encode_records(event, info):
+            if event.table is None:
+                self.encode_records(event)  # a transaction marker: counted, no line
+                continue
+            for record in self.encode_records(event, tables(event.table)):
                 if record.value is not None:
                     out.append(record.value)
                     out.append(b"\n")
@@ -172,9 +175,10 @@ class ChangelogFormat(ABC):
     def encode_records(self, event: ChangeEvent, table: TableInfo | None = None
                        ) -> list[Record]:
         if event.op is Op.BEGIN or event.op is Op.COMMIT:
-            self.on_marker(event)
-            self.skipped[event.op.value] += 1
-            return []
+            markers = self.marker_records(event)
+            if not markers:
+                self.skipped[event.op.value] += 1
+            return markers
         records: list[Record] = []
         for change in self.plan(event, table):
             records.extend(self.records(event, table, change))
@@ -186,8 +190,9 @@ class ChangelogFormat(ABC):
     # for subclasses
 
     @abstractmethod
-    def on_marker(self, event: ChangeEvent) -> None:
-        """A BEGIN or COMMIT went by (it has no record)."""
+    def marker_records(self, event: ChangeEvent) -> list[Record]:
+        """The records of a BEGIN or COMMIT (for a transaction topic), if the format has
+        any; the format also learns where transactions start."""
 
     @abstractmethod
     def records(self, event: ChangeEvent, info: TableInfo | None, change: Change

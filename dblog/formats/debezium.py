@@ -78,9 +78,26 @@ class DebeziumFormat(ChangelogFormat):
         return RowMapper(self.name, info, {
             c.name: debezium_converter(parse_type(family, c.type_name)) for c in info.columns})
 
-    def on_marker(self, event: ChangeEvent) -> None:
+    def marker_records(self, event: ChangeEvent) -> list[Record]:
+        """Debezium's transaction metadata records (``status`` BEGIN / END, END with the
+        transaction's record counts per table), keyed by the transaction id; none when
+        ``transaction_metadata`` is off."""
         if event.op is Op.BEGIN:
             self._start_transaction(event.txid)
+        if not self.dbz.transaction_metadata or event.txid is None:
+            return []
+        connector = self.connector(event)
+        txid = self._transaction_id(event, connector)
+        ts = self.commit_millis(event.commit_ts)
+        value: dict[str, Any] = {"status": "BEGIN" if event.op is Op.BEGIN else "END",
+                                 "id": txid, "event_count": None, "data_collections": None,
+                                 "ts_ms": self.now_millis() if ts is None else ts}
+        if event.op is Op.COMMIT and event.txid == self._txid:
+            value["event_count"] = self._total
+            value["data_collections"] = [
+                {"data_collection": f"{schema}.{name}", "event_count": count}
+                for (schema, name), count in self._per_table.items()]
+        return [Record(orjson.dumps({"id": txid}), orjson.dumps(value))]
 
     def records(self, event: ChangeEvent, info: TableInfo | None, change: Change
                 ) -> list[Record]:
@@ -171,10 +188,14 @@ class DebeziumFormat(ChangelogFormat):
         self._total += 1
         table = (event.table.schema, event.table.name)
         self._per_table[table] += 1
+        return {"id": self._transaction_id(event, connector), "total_order": self._total,
+                "data_collection_order": self._per_table[table]}
+
+    def _transaction_id(self, event: ChangeEvent, connector: Connector) -> str:
+        """The GTID on MySQL/MariaDB with GTIDs, else the source transaction id."""
         gtid = None if connector == "postgresql" else \
             self._position_fields(event, connector)["gtid"]
-        return {"id": gtid or str(event.txid), "total_order": self._total,
-                "data_collection_order": self._per_table[table]}
+        return gtid or str(event.txid)
 
     def _start_transaction(self, txid: int | None) -> None:
         self._txid, self._total = txid, 0

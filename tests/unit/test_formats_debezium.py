@@ -28,9 +28,16 @@ def _ddl(family: str) -> Ddl:
     return Ddl(family, {(info.table.schema, info.table.name): (TYPES[family], info.key_columns)})
 
 
-def _records(fmt: DebeziumFormat, events: list[ChangeEvent], family: str) -> list[Record]:
+def _records(fmt: DebeziumFormat, events: list[ChangeEvent], family: str,
+             transactions: list[Record] | None = None) -> list[Record]:
+    """The records of the table's topic; transaction records go to ``transactions``."""
     info = table_info(family)
-    return [r for e in events for r in fmt.encode_records(e, info if e.table else None)]
+    out: list[Record] = []
+    for event in events:
+        records = fmt.encode_records(event, info if event.table else None)
+        (out if event.table else transactions if transactions is not None else []).extend(
+            records)
+    return out
 
 
 @pytest.mark.parametrize("family", ["postgresql", "mysql"])
@@ -39,7 +46,9 @@ def _records(fmt: DebeziumFormat, events: list[ChangeEvent], family: str) -> lis
 def test_a_debezium_consumer_rebuilds_the_table_from_records_and_lines(
         family: str, data: st.DataObject) -> None:
     model = run(family, data.draw(actions(family)))
-    records = _records(DebeziumFormat(), model.events, family)
+    transactions: list[Record] = []
+    records = _records(DebeziumFormat(), model.events, family, transactions)
+    _check_transactions(records, transactions)
     consumer = DebeziumConsumer(_ddl(family))
     for record in records:
         consumer.apply(record.key, record.value)
@@ -53,6 +62,29 @@ def test_a_debezium_consumer_rebuilds_the_table_from_records_and_lines(
     for index, record in enumerate(records):
         if record.value is not None and orjson.loads(record.value)["op"] == "d":
             assert records[index + 1] == Record(record.key, None)
+
+
+def _check_transactions(records: list[Record], transactions: list[Record]) -> None:
+    """Each transaction has a BEGIN and an END record keyed by its id, and END counts the
+    transaction's change records, as Debezium's transaction metadata does."""
+    counts: dict[str, int] = {}
+    for record in records:
+        if record.value is not None:
+            block = orjson.loads(record.value)["transaction"]
+            if block is not None:
+                counts[block["id"]] = counts.get(block["id"], 0) + 1
+                assert block["total_order"] == counts[block["id"]]
+    ends: dict[str, int] = {}
+    statuses = [orjson.loads(r.value or b"")["status"] for r in transactions]
+    assert statuses == ["BEGIN", "END"] * (len(transactions) // 2)
+    for record in transactions:
+        value = orjson.loads(record.value or b"")
+        assert orjson.loads(record.key or b"") == {"id": value["id"]}
+        if value["status"] == "END":
+            ends[value["id"]] = value["event_count"]
+            assert sum(c["event_count"] for c in value["data_collections"]) == \
+                value["event_count"]
+    assert {k: v for k, v in ends.items() if v} == counts
 
 
 def _pg_update(before: dict[str, Any] | None, after: dict[str, Any],
@@ -132,7 +164,7 @@ def test_truncate_is_emitted_skipped_or_refused_and_markers_are_counted() -> Non
     assert len(emitted) == 1 and emitted[0].key is None
     document = orjson.loads(emitted[0].value or b"")
     assert (document["op"], document["before"], document["after"]) == ("t", None, None)
-    skipping = DebeziumFormat(truncate="skip")
+    skipping = DebeziumFormat(truncate="skip", transaction_metadata=False)
     assert skipping.encode_records(truncate, info) == []
     for op in (Op.BEGIN, Op.COMMIT):
         assert skipping.encode_records(ChangeEvent(op, None, txid=9, position=Lsn(1)), None) == []
@@ -204,16 +236,28 @@ def test_the_transaction_block_counts_events_per_transaction_and_table() -> None
         return ChangeEvent(Op.INSERT, info.table, (key, "a"), None, {**ROW, "id": key},
                            Lsn(key), txid, "2024-05-01 12:00:00+00", seq=key)
 
-    blocks = []
+    blocks, markers = [], []
     for txid, events in [(7, [insert(one, 1, 7), insert(two, 2, 7), insert(one, 3, 7)]),
                          (8, [insert(two, 4, 8)])]:
-        fmt.encode_records(ChangeEvent(Op.BEGIN, None, txid=txid, position=Lsn(0)), None)
+        markers += fmt.encode_records(ChangeEvent(Op.BEGIN, None, txid=txid, position=Lsn(0),
+                                                  commit_ts="2024-05-01 12:00:00+00"), None)
         for event in events:
             info = one if event.table == one.table else two
             blocks.append(orjson.loads(fmt.encode_records(event, info)[0].value
                                        or b"")["transaction"])
+        markers += fmt.encode_records(ChangeEvent(Op.COMMIT, None, txid=txid, position=Lsn(9),
+                                                  commit_ts="2024-05-01 12:00:00+00"), None)
     assert [(b["id"], b["total_order"], b["data_collection_order"]) for b in blocks] == [
         ("7", 1, 1), ("7", 2, 1), ("7", 3, 2), ("8", 1, 1)]
+    assert [r.key for r in markers] == [b'{"id":"7"}'] * 2 + [b'{"id":"8"}'] * 2
+    assert [orjson.loads(r.value or b"") for r in markers[:2]] == [
+        {"status": "BEGIN", "id": "7", "event_count": None, "data_collections": None,
+         "ts_ms": 1714564800000},
+        {"status": "END", "id": "7", "event_count": 3, "data_collections": [
+            {"data_collection": "public.one", "event_count": 2},
+            {"data_collection": "public.two", "event_count": 1}], "ts_ms": 1714564800000}]
+    lines = fmt.encode_lines([ChangeEvent(Op.BEGIN, None, txid=9, position=Lsn(0))])
+    assert lines == b""  # a file of changes has no transaction records
     quiet = DebeziumFormat(transaction_metadata=False)
     assert orjson.loads(quiet.encode_records(insert(one, 1, 7), one)[0].value
                         or b"")["transaction"] is None

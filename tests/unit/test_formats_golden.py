@@ -1,7 +1,8 @@
 """Byte-level golden records of debezium-json and canal-json for a few events of each source.
 
-Each file under tests/golden/<format>/ holds the records of one case, one per line: the key
-bytes, a tab, the value bytes (``null`` for a missing key or a tombstone). A change in any byte
+Each file under tests/golden/<format>/ holds the records ``encode_records`` gives for one case
+(debezium-json's transaction records included), one per line: the key bytes, a tab, the value
+bytes (``null`` for a missing key or a tombstone). A change in any byte
 fails; after a deliberate change of a format, regenerate with ``DBLOG_UPDATE_GOLDEN=1`` and
 review the diff.
 """
