@@ -76,6 +76,11 @@ def _engine_metrics(status: dict[str, Any]) -> Iterator[Metric]:
         seconds.add_metric(labels, row["seconds"])
         failures.add_metric(labels, row["failures"])
     yield from (calls, seconds, failures)
+    discards = CounterMetricFamily("dblog_chunks_discarded", "chunks given up and read again, "
+                                   "by table and reason", labels=["table", "reason"])
+    for row in metrics.get("discards", []):
+        discards.add_metric([row["table"], row["reason"]], row["count"])
+    yield discards
     if "restarts" in status:
         yield CounterMetricFamily("dblog_engine_restarts", "restarts after transient failures",
                                   value=status["restarts"])

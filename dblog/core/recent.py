@@ -17,6 +17,9 @@ from typing import Literal
 from dblog.core.model import Key, TableId
 
 UNKNOWN: Literal["unknown"] = "unknown"
+TRUNCATED_OR_ALTERED = "truncated or altered a table"
+TOO_MANY_KEYS = "changed more rows than the index keeps per transaction"
+PUSHED_OUT = "was pushed out of the index by newer transactions (raise engine.recent_keys)"
 TableKey = tuple[str, str, Key, bool]
 """(schema, table, key, partial): plain values only, so the garbage collector stops tracking
 them. ``partial``: the forwarded after-image lacked unchanged TOAST columns."""
@@ -30,7 +33,8 @@ class RecentTransactions:
         self.max_keys_per_tx = max_keys_per_tx
         # per transaction, the keys it touched in order (a key changed twice counts twice: an
         # append is cheaper than a set insert on the stream's hot path; the bounds still hold)
-        self._txs: OrderedDict[int, list[TableKey] | Literal["unknown"]] = OrderedDict()
+        self._txs: OrderedDict[int, list[TableKey] | str] = OrderedDict()
+        """Keys per transaction, or why they are unknown (one of the texts below)."""
         self._size = 0
         self._evicted: deque[int] = deque(maxlen=max_evicted)
         self._evicted_set: set[int] = set()
@@ -51,7 +55,7 @@ class RecentTransactions:
         keys = current[1]
         if key is None or len(keys) >= self.max_keys_per_tx:
             self._size -= len(keys)
-            self._txs[txid] = UNKNOWN
+            self._txs[txid] = TRUNCATED_OR_ALTERED if key is None else TOO_MANY_KEYS
             self._current = None
             return
         keys.append((table.schema, table.name, key, partial))
@@ -77,4 +81,13 @@ class RecentTransactions:
         if txid in self._evicted_set:
             return UNKNOWN
         keys = self._txs.get(txid)
-        return keys if keys is None or isinstance(keys, str) else set(keys)
+        if isinstance(keys, str):
+            return UNKNOWN
+        return None if keys is None else set(keys)
+
+    def why_unknown(self, txid: int) -> str:
+        """Why :meth:`keys_of` answers UNKNOWN for ``txid`` (for the discard message)."""
+        if txid in self._evicted_set:
+            return PUSHED_OUT
+        found = self._txs.get(txid)
+        return found if isinstance(found, str) else PUSHED_OUT

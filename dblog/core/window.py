@@ -38,6 +38,8 @@ class ChunkWindow:
     last_key: Key | None
     low_seen: bool = False
     discarded: bool = False
+    discard_reason: str | None = None
+    """Why the chunk is read again (said in the log and counted in the metrics)."""
     dropped: int = 0
     refetch: frozenset[Key] = field(default_factory=frozenset)
     pending_txids: frozenset[int] = field(default_factory=frozenset)
@@ -64,15 +66,23 @@ def evict(window: ChunkWindow, keys: Iterable[Key]) -> ChunkWindow:
     return replace(window, rows=rows, dropped=window.dropped + len(present))
 
 
-def discard(window: ChunkWindow) -> ChunkWindow:
-    """Give up the chunk; it is read again in a later window."""
-    return replace(window, rows={}, discarded=True, dropped=window.dropped + len(window.rows))
+UNSEEN = ("a transaction invisible to the chunk's SELECT was logged but not seen by this run "
+          "(forwarded before a restart)")
+TRUNCATED = "the table was truncated inside the window"
+SCHEMA_CHANGED = "the table's schema changed around the window"
+
+
+def discard(window: ChunkWindow, reason: str) -> ChunkWindow:
+    """Give up the chunk (for ``reason``); it is read again in a later window."""
+    return replace(window, rows={}, discarded=True, discard_reason=reason,
+                   dropped=window.dropped + len(window.rows))
 
 
 def guard_forwarded(
     window: ChunkWindow,
     keys_of: Callable[[int], set[tuple[str, str, Key, bool]] | str | None],
     logged_txids: frozenset[int] | None = None,
+    why_unknown: Callable[[int], str] = lambda txid: "cannot be described by the index",
 ) -> ChunkWindow:
     """Drop rows that in-progress-but-already-forwarded transactions touched (``keys_of`` from
     :class:`dblog.core.recent.RecentTransactions`); a partial forwarded image puts its key up for a
@@ -82,9 +92,10 @@ def guard_forwarded(
     for txid in window.pending_txids:
         keys = keys_of(txid)
         if isinstance(keys, str):
-            return discard(window)
+            return discard(window, "a transaction invisible to the chunk's SELECT "
+                           f"{why_unknown(txid)}")
         if keys is None and logged_txids is not None and txid in logged_txids:
-            return discard(window)  # logged, maybe forwarded before a restart: cannot tell
+            return discard(window, UNSEEN)  # maybe forwarded before a restart: cannot tell
         if not keys:
             continue
         mine = [(k, partial) for s, n, k, partial in keys if s == schema and n == name]
@@ -111,11 +122,11 @@ def on_change(window: ChunkWindow, event: ChangeEvent) -> ChunkWindow:
     if event.op is Op.SCHEMA:
         # even before L: a chunk SELECT that ran after the DDL may still have used the columns
         # the reader knew before it (the DDL reaches the log reader later); read it again
-        return replace(window, rows={}, discarded=True, dropped=window.dropped + len(window.rows))
+        return discard(window, SCHEMA_CHANGED)
     if not window.low_seen and event.txid not in window.pending_txids:
         return window
     if event.op in TABLE_OPS:
-        return replace(window, rows={}, discarded=True, dropped=window.dropped + len(window.rows))
+        return discard(window, TRUNCATED if event.op is Op.TRUNCATE else SCHEMA_CHANGED)
     if event.op not in ROW_OPS:
         return window
     touched = [k for k in (event.key, event.old_key) if k is not None and k in window.rows]

@@ -156,6 +156,7 @@ class Engine:
         scheduler = DumpScheduler(self.settings, self.knobs, self.clock, chunks, runner,
                                   self.delivery, boundary.record_progress, recent)
         scheduler.live = state.dumps
+        scheduler.discarded = self.metrics.chunk_discarded
         self.scheduler = scheduler
         self.captured = tuple(str(t) for t in chunks.list_tables())
         if stored is None and state.seq == 0:

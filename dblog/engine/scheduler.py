@@ -80,6 +80,8 @@ class DumpScheduler:
         self.chunks, self.runner, self.outlet = chunks, runner, outlet
         self.record_progress = record_progress
         self.recent = recent
+        self.discarded: Callable[[TableId, str], None] = lambda table, reason: None
+        """Told of each chunk read again, with the reason (the engine counts them)."""
         self.live = dumpops.DumpQueue()
         self.open: OpenChunk | None = None
         self.ahead: deque[ChunkJob] = deque()
@@ -323,25 +325,23 @@ class DumpScheduler:
         self.runner.wait(job.future)
         try:
             read = job.read()
+            if read is None:
+                return
+            plan, chunk = read
+            # rows may be decoded only now (lazily): a row the source cannot decode fails here
+            window = self._guard_forwarded(
+                open_window(plan.table, job.low, job.high, chunk.rows, chunk.pending_txids),
+                chunk)
         except Exception as exc:
             self._fail_dump(job.dump_id, exc)
             return
-        if read is None:
-            return
-        plan, chunk = read
-        window = self._guard_forwarded(
-            open_window(plan.table, job.low, job.high, chunk.rows, chunk.pending_txids), chunk)
         self.open = OpenChunk(plan, window, len(chunk.rows), job.limit, job)
         if self.settings.chunk_worker:
             self._read_ahead()  # keep the source busy while this window waits for H
 
     def _guard_forwarded(self, window: ChunkWindow, chunk: Chunk) -> ChunkWindow:
-        guarded = guard_forwarded(window, self.recent.keys_of, chunk.logged_txids)
-        if guarded.discarded:
-            log.info("chunk of %s discarded: a transaction invisible to its SELECT is too large "
-                     "to index, or was logged but never seen by this run (forwarded before a "
-                     "restart); reading it again", window.table)
-        return guarded
+        return guard_forwarded(window, self.recent.keys_of, chunk.logged_txids,
+                               self.recent.why_unknown)
 
     def _close_chunk(self, high_position: Position | None) -> None:
         assert self.open is not None
@@ -352,8 +352,9 @@ class DumpScheduler:
         if dump is None or dump.state not in dumpops.ACTIVE_STATES or window.discarded:
             self._drop_jobs(plan.dump_id)  # read ahead of a chunk that does not count
             if dump is not None and dump.state in dumpops.ACTIVE_STATES:
-                log.info("chunk of %s discarded (a truncate or schema change in its window, "
-                         "or the snapshot guard); reading it again", plan.table)
+                reason = window.discard_reason or "discarded"
+                log.info("chunk of %s read again: %s", plan.table, reason)
+                self.discarded(plan.table, reason)
             return
         rows = surviving_rows(window)
         dump = dumpops.complete_chunk(dump, plan, window.last_key, chunk.selected, len(rows),

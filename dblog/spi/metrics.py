@@ -35,6 +35,9 @@ class MetricsSink(Protocol):
     def caught_up(self) -> None:
         """The log reader had nothing more to read: the stream is at the source's head."""
 
+    def chunk_discarded(self, table: object, reason: str) -> None:
+        """A chunk of ``table`` was given up for ``reason`` and is read again."""
+
     def snapshot(self) -> dict[str, Any]:
         """The figures so far, as plain JSON values (any thread)."""
         ...
@@ -70,6 +73,7 @@ class Counters:
         self.output_seconds: dict[tuple[str, str], float] = {}
         self.output_calls: Counter[tuple[str, str]] = Counter()
         self.output_failures: Counter[tuple[str, str]] = Counter()
+        self.discards: Counter[tuple[str, str]] = Counter()
         self.last_commit_ts: str | None = None
         self.caught_up_at: float | None = None
         self.started_at = time.time()
@@ -94,6 +98,10 @@ class Counters:
     def caught_up(self) -> None:
         self.caught_up_at = time.time()
 
+    def chunk_discarded(self, table: object, reason: str) -> None:
+        with self._lock:
+            self.discards[str(table), reason] += 1
+
     def lag_seconds(self, now: float | None = None) -> float | None:
         """Seconds behind the source (None before anything was read or emitted)."""
         now = time.time() if now is None else now
@@ -109,7 +117,9 @@ class Counters:
                         "seconds": self.output_seconds.get((o, a), 0.0),
                         "failures": self.output_failures[o, a]}
                        for (o, a), n in self.output_calls.items()]
+            discards = [{"table": table, "reason": reason, "count": n}
+                        for (table, reason), n in self.discards.items()]
             batches, last_ts = self.batches, self.last_commit_ts
-        return {"events": events, "batches": batches, "outputs": outputs,
+        return {"events": events, "batches": batches, "outputs": outputs, "discards": discards,
                 "last_commit_ts": last_ts, "caught_up_at": self.caught_up_at,
                 "lag_s": self.lag_seconds()}

@@ -12,7 +12,8 @@ import pytest
 from dblog.core.acks import PipelineState
 from dblog.core.dumps import Dump, DumpState
 from dblog.core.model import ChangeEvent, LogItem, Op, TableId, Watermark
-from dblog.core.recent import RecentTransactions
+from dblog.core.recent import TOO_MANY_KEYS, TRUNCATED_OR_ALTERED, RecentTransactions
+from dblog.core.window import TRUNCATED, guard_forwarded, open_window
 from dblog.engine.commands import CommandChannel
 from dblog.engine.delivery import Delivery
 from dblog.engine.engine import Engine
@@ -220,3 +221,38 @@ def test_the_loop_waits_for_the_log_no_longer_than_the_chunk_delay() -> None:
     assert engine._poll_timeout(scheduler) == 0.0  # a step is due now
     scheduler.next_chunk_at = engine.clock.monotonic() + 0.01  # a chunk just closed
     assert 0 < engine._poll_timeout(scheduler) <= 0.01
+
+
+def test_a_discarded_chunk_is_reported_once_with_the_reason_that_fired() -> None:
+    db, table = _db(3)
+    scheduler, outlet, _ = _scheduler(db)
+    reported: list[tuple[TableId, str]] = []
+    scheduler.discarded = lambda t, reason: reported.append((t, reason))
+    scheduler.accept(scheduler.validated([str(table)], None, None))
+    scheduler.turn()
+    scheduler.turn()  # L, SELECT, H in the log
+    low_at = next(i for i, item in enumerate(db.log)
+                  if isinstance(item, Watermark) and item.value.startswith("L-"))
+    window_log = db.log[low_at:]
+    db.log[low_at:] = []
+    db.truncate(table)
+    truncate = db.log[low_at:]
+    db.log[low_at:] = [window_log[0], *truncate, *window_log[1:]]
+    _feed_log(scheduler, db, low_at - 1)
+    assert outlet.rows == []
+    assert reported == [(table, TRUNCATED)]
+
+
+def test_the_snapshot_guard_says_why_a_transaction_is_unknown() -> None:
+    recent = RecentTransactions(100, max_keys_per_tx=2)
+    table = TableId("s", "t")
+    for key in range(3):
+        recent.add(7, table, (key,))
+    recent.add(8, table, None)
+    window = open_window(table, "L", "H", [((1,), {"id": 1})], pending_txids=frozenset({7}))
+    guarded = guard_forwarded(window, recent.keys_of, None, recent.why_unknown)
+    assert guarded.discarded and guarded.discard_reason is not None
+    assert TOO_MANY_KEYS in guarded.discard_reason
+    window = open_window(table, "L", "H", [((1,), {"id": 1})], pending_txids=frozenset({8}))
+    guarded = guard_forwarded(window, recent.keys_of, None, recent.why_unknown)
+    assert guarded.discard_reason is not None and TRUNCATED_OR_ALTERED in guarded.discard_reason
