@@ -109,7 +109,7 @@ def batch(kinds: dict[str, ColumnKind], key: Sequence[str],
     columns: dict[str, list[Any]] = {c: [] for c in kinds}
     majors, minors, deleted = [], [], []
     for change, row in changes:
-        values = row if row is not None else dict(zip(key, change.key, strict=True))
+        values = {**(row or {}), **dict(zip(key, change.key, strict=True))}  # as sql_write
         for column, kind in kinds.items():
             columns[column].append(to_db(kind, "delta", values.get(column)))
         majors.append(change.guard.major)

@@ -59,11 +59,11 @@ def params(replica: ReplicaTable, change: RowChange, row: Row | None,
            dialect: str) -> dict[str, Any]:
     """The statement parameters of one change (``row``: its decoded after-image)."""
     kinds = replica.kinds
-    if row is None:
-        values: dict[str, Any] = dict.fromkeys(kinds)
-        values.update(zip(replica.key, change.key, strict=True))
-    else:
-        values = {c: row.get(c) for c in kinds}
+    values: dict[str, Any] = dict.fromkeys(kinds) if row is None else \
+        {c: row.get(c) for c in kinds}
+    # the key columns hold the event's key: a MySQL key under a case-insensitive collation is
+    # normalised there (docs/sources/mysql.md), and rows must meet on it
+    values.update(zip(replica.key, change.key, strict=True))
     out = {c: to_db(kinds[c], dialect, v) for c, v in values.items()}
     out[GUARD_MAJOR], out[GUARD_MINOR] = change.guard
     out[DELETED] = row is None
