@@ -66,9 +66,14 @@ def list_tables(conn: psycopg.Connection, patterns: Sequence[str],
 
 
 def add_tables_option(patterns: Sequence[str]) -> str:
-    """wal2json's add-tables value; space, quote, comma, period and * in names are escaped."""
+    """wal2json's add-tables value. wal2json splits it at commas and white space and takes a
+    backslash as escaping the next character, so backslashes, white space, quotes, commas,
+    periods and * in names are escaped (an unescaped backslash was dropped: the table never
+    matched and its changes never arrived)."""
     def escape(part: str) -> str:
-        return part if part == "*" else "".join(f"\\{c}" if c in " ',.*" else c for c in part)
+        if part == "*":
+            return part
+        return "".join(f"\\{c}" if c in "\\',.*" or c.isspace() else c for c in part)
 
     return ",".join(f"{escape(s)}.{escape(n)}" for s, _, n in (p.partition(".") for p in patterns))
 
@@ -85,15 +90,17 @@ def table_info(
 ) -> TableInfo:
     try:
         columns = conn.execute(COLUMNS_SQL, (regclass(table),)).fetchall()
-    except psycopg.errors.UndefinedTable as exc:
+        keys = tuple(key_columns) if key_columns else tuple(
+            r[0] for r in conn.execute(PK_SQL, (regclass(table),)).fetchall())
+        estimate = conn.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = "
+                                "%s::regclass", (regclass(table),)).fetchone()
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
         raise DumpRequestError(
             f"unknown table {table}", fix="check the table name (schema.table) and the search path"
         ) from exc
     except psycopg.Error as exc:
         raise classify(exc, f"reading the columns of {table}") from exc
     names = [c[0] for c in columns]
-    keys = tuple(key_columns) if key_columns else tuple(
-        r[0] for r in conn.execute(PK_SQL, (regclass(table),)).fetchall())
     if not keys:
         example = names[0] if names else "id"
         raise DumpRequestError(
@@ -104,7 +111,5 @@ def table_info(
     unknown = [k for k in keys if k not in names]
     if unknown:
         raise DumpRequestError(f"key columns {unknown} are not columns of {table}")
-    estimate = conn.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
-                            (regclass(table),)).fetchone()
     return TableInfo(table=table, columns=tuple(ColumnInfo(n, t) for n, t in columns),
                      key_columns=keys, estimated_rows=max(0, int(estimate[0])) if estimate else 0)

@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
+import orjson
 import psycopg
 from psycopg import sql
 
-from dblog.core import dumps as dumpops
 from dblog.core.model import EncodedRow, Key, RowImage, TableId, TableInfo
 from dblog.errors import DumpRequestError, FatalSourceError
 from dblog.spi import Chunk
 
 from . import catalog
 from .errors import classify
+from .keys import parse_keys
 from .pipeline import LazyRows, PipelineCall, Statement, load_rows
-from .types import converter_for, key_param, select_expression
+from .types import key_param, select_expression
 
 # The statement's snapshot (``xmin:xmax:xip,...``), then ``;`` and those of its in-progress
 # transactions whose commit is already logged. Added as a last column that only the first row
@@ -66,10 +68,7 @@ def _row_decoder(info: TableInfo) -> RowDecoder:
     costs 0.39 ms against 0.65 for a dict, and the output writes the bytes with no encoding."""
     names = [c.name for c in info.columns]
     width = len(names)
-    fields = [f"c{i}" for i in range(width)]
-    row_type = msgspec.defstruct("Row", fields, rename=dict(zip(fields, names, strict=True)),
-                                 gc=False)
-    encode = msgspec.json.Encoder().encode
+    encode, row_type = _row_encoder(names)
     key_index = [names.index(k) for k in info.key_columns]
     if len(key_index) == 1:
         index = key_index[0]
@@ -85,6 +84,21 @@ def _row_decoder(info: TableInfo) -> RowDecoder:
         return tuple(raw[i] for i in key_index), EncodedRow(encode(row_type(*values)))
 
     return decode
+
+
+def _row_encoder(names: list[str]) -> tuple[Callable[[Any], bytes], Callable[..., Any]]:
+    """(encode, row constructor) for rows with these column names: a msgspec struct renamed
+    to the names, or, for names msgspec cannot rename to (quotes, backslashes, control
+    characters), a dict encoded by orjson (slower, any name)."""
+    if any(_UNRENAMEABLE.search(name) for name in names):
+        return orjson.dumps, lambda *values: dict(zip(names, values, strict=True))
+    fields = [f"c{i}" for i in range(len(names))]
+    row_type = msgspec.defstruct("Row", fields, rename=dict(zip(fields, names, strict=True)),
+                                 gc=False)
+    return msgspec.json.Encoder().encode, row_type
+
+
+_UNRENAMEABLE = re.compile(r'["\\\x00-\x1f]')
 
 
 class _Queries:
@@ -305,9 +319,12 @@ class PostgresChunkReader:
         return self._fetch_chunk(q, query, params, f"reading keys of {info.table}")
 
     def parse_key(self, info: TableInfo, values: Sequence[object]) -> Key:
-        types = {c.name: c.type_name for c in info.columns}
-        return dumpops.parse_key(
-            info, values, lambda name, v: converter_for(types[name])(None if v is None else str(v)))
+        return self.parse_keys(info, [values])[0]
+
+    def parse_keys(self, info: TableInfo, keys: Sequence[Sequence[object]]) -> list[Key]:
+        """A :class:`dblog.spi.KeyListParser`: the server casts every value to its column's
+        type (range, syntax), one statement per key column."""
+        return parse_keys(self.conn, info, keys)
 
     def close(self) -> None:
         self.conn.close()

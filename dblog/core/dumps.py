@@ -14,7 +14,8 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from dblog.core.model import Key, TableId, TableInfo
-from dblog.errors import DumpRequestError
+from dblog.core.requestcheck import check_request, shown
+from dblog.errors import DblogError, DumpRequestError
 
 if TYPE_CHECKING:  # the contract is only named in hints: the core imports no I/O layer
     from dblog.spi import ChunkReader
@@ -98,20 +99,65 @@ def keys_dump(
 
 def validated_dump(
     chunks: ChunkReader, table_info: Callable[[TableId], TableInfo],
-    tables: Sequence[str | TableId] | None, table: str | TableId | None,
-    keys: Sequence[Sequence[Any]] | None,
+    tables: object, table: object, keys: object,
+    on_skip: Callable[[TableId, DblogError], None] | None = None,
+    parse_keys: Callable[[TableInfo, Sequence[Sequence[object]]], Sequence[Key]] | None = None,
 ) -> Dump:
-    """A dump for a request, checked against the source: tables exist and have keys, and the
-    given keys parse (DumpRequestError otherwise). ``tables=None``: every captured table."""
-    if keys is not None:
-        if table is None:
-            raise DumpRequestError("a dump of primary keys needs the table they belong to")
-        info = table_info(TableId.coerce(table))
-        return keys_dump(info.table, [chunks.parse_key(info, k) for k in keys])
-    names = chunks.list_tables() if tables is None else [TableId.coerce(t) for t in tables]
+    """A dump for a request, checked completely before anything is stored: its shape
+    (:func:`~dblog.core.requestcheck.check_request`), then against the source: the tables
+    exist, are captured and have keys; each key has the key's arity and its values parse as the
+    key columns' types. Anything wrong is a DumpRequestError; errors that are not dblog's own
+    (a connector's bug) are wrapped into one, so the request fails alone.
+
+    ``tables=None``: every captured table that can be dumped; the others are passed to
+    ``on_skip`` (a table without a key, for example). ``parse_keys`` parses many keys at once
+    (a :class:`~dblog.spi.KeyListParser`'s, one round trip); default: ``parse_key`` each."""
+    request = check_request(tables, table, keys)
+    try:
+        if request.keys is not None:
+            assert request.table is not None
+            info = table_info(request.table)
+            return keys_dump(info.table, _parsed_keys(chunks, info, request.keys, parse_keys))
+        if request.tables is not None:
+            for name in request.tables:
+                table_info(name)
+            return tables_dump(request.tables)
+        return tables_dump(_dumpable(chunks.list_tables(), table_info, on_skip))
+    except DblogError:
+        raise
+    except Exception as exc:
+        raise DumpRequestError(f"the request could not be checked against the source: "
+                               f"{type(exc).__name__}: {exc}") from exc
+
+
+def _parsed_keys(
+    chunks: ChunkReader, info: TableInfo, keys: Sequence[Sequence[object]],
+    parse_keys: Callable[[TableInfo, Sequence[Sequence[object]]], Sequence[Key]] | None,
+) -> list[Key]:
+    for values in keys:
+        if len(values) != len(info.key_columns):
+            raise DumpRequestError(
+                f"a key of {info.table} has {len(info.key_columns)} value(s) "
+                f"({', '.join(info.key_columns)}), got {shown(list(values))}")
+    if parse_keys is not None:
+        return list(parse_keys(info, keys))
+    return [chunks.parse_key(info, k) for k in keys]
+
+
+def _dumpable(names: Sequence[TableId], table_info: Callable[[TableId], TableInfo],
+              on_skip: Callable[[TableId, DblogError], None] | None) -> list[TableId]:
+    dumpable = []
     for name in names:
-        table_info(name)
-    return tables_dump(names)
+        try:
+            table_info(name)
+        except DumpRequestError as exc:
+            if on_skip is not None:
+                on_skip(name, exc)
+            continue
+        dumpable.append(name)
+    if names and not dumpable:
+        raise DumpRequestError("none of the captured tables can be dumped (see the log)")
+    return dumpable
 
 
 def parse_key(info: TableInfo, values: Sequence[object],
@@ -121,12 +167,15 @@ def parse_key(info: TableInfo, values: Sequence[object],
     if isinstance(values, (str, bytes)) or len(values) != len(info.key_columns):
         raise DumpRequestError(
             f"a key of {info.table} has {len(info.key_columns)} value(s) "
-            f"({', '.join(info.key_columns)}), got {values!r}")
+            f"({', '.join(info.key_columns)}), got {shown(values)}")
     try:
         return tuple(parse(name, value)
                      for name, value in zip(info.key_columns, values, strict=True))
-    except (TypeError, ValueError) as exc:
-        raise DumpRequestError(f"malformed key {values!r} for {info.table}: {exc}") from exc
+    except DblogError:
+        raise
+    except Exception as exc:  # whatever a converter raises: the request fails alone
+        raise DumpRequestError(f"malformed key {shown(values)} for {info.table}: "
+                               f"{exc}") from exc
 
 
 def next_chunk(dump: Dump, chunk_size: int) -> ChunkPlan | None:

@@ -30,6 +30,7 @@ from dblog.spi.sink import (
 from dblog.spi.source import (
     Chunk,
     ChunkReader,
+    KeyListParser,
     LogReader,
     PendingWindow,
     SourceConnector,
@@ -51,6 +52,7 @@ __all__ = [
     "DumpRequest",
     "FencedOutput",
     "Finding",
+    "KeyListParser",
     "LeaderElection",
     "LogReader",
     "Output",

@@ -79,6 +79,15 @@ class ChunkReader(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class KeyListParser(Protocol):
+    """An optional ability of a chunk reader: check and parse many user-given keys at once
+    (one round trip to the source for a whole request, instead of one per key). Raises
+    DumpRequestError naming the first bad value."""
+
+    def parse_keys(self, info: TableInfo, keys: Sequence[Sequence[object]]) -> list[Key]: ...
+
+
 class PendingWindow(Protocol):
     """Steps 2-4 of one chunk, sent to the source and running there."""
 
