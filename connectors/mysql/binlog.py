@@ -52,7 +52,7 @@ from dblog.spi import Clock
 from .db import Endpoint
 from .decoder import BinlogDecoder, parse_ddl
 from .errors import StreamLost, classify
-from .fastpath import FastPath
+from .fastpath import HELD, FastPath
 from .flavor import Flavor
 from .retry import with_backoff
 
@@ -73,17 +73,23 @@ class GuardedConnection(pymysql.connections.Connection):  # type: ignore[misc]
     fast_path: FastPath | None = None  # set on a per-stream subclass (MysqlLogReader._open)
 
     def _read_packet(self, packet_type: Any = pymysql.connections.MysqlPacket) -> Any:
+        packet = self._read_one(packet_type)
+        fast = self.fast_path
+        if fast is None or not fast.intercept(packet._data):
+            return packet
+        while fast.held < HELD:  # the rest of the transaction is already on its way
+            packet = self._read_one(packet_type)
+            if not fast.intercept(packet._data):
+                return packet
+        return packet_type(fast.stand_in(), self.encoding)
+
+    def _read_one(self, packet_type: Any) -> Any:
         try:
-            packet = super()._read_packet(packet_type)
+            return super()._read_packet(packet_type)
         except pymysql.err.OperationalError as exc:
             if exc.args and exc.args[0] in _LOST:
                 raise StreamLost(str(exc)) from exc
             raise
-        if self.fast_path is not None:
-            replacement = self.fast_path.intercept(packet._data)
-            if replacement is not None:
-                return packet_type(replacement, self.encoding)
-        return packet
 
 
 class StartRecord(Protocol):
@@ -174,6 +180,9 @@ class MysqlLogReader:
         log.warning("binlog connection lost (%s); reconnecting from %s, skipping %d item(s) "
                     "of the open transaction", cause, self._committed, self._handed)
         self._close_stream()
+        # rows the fast path decoded but poll never took are not out: read them again
+        self._handed -= len(self._pending)
+        self._pending = []
         # the server sends the open transaction again from its start: skip all of it that was
         # handed out (also when this drop came while still skipping after an earlier one)
         self._skip = self._handed
@@ -222,6 +231,7 @@ class MysqlLogReader:
             if self._pending:  # rows the fast path decoded come before this event
                 items += self._pending
                 self._pending = []
+                self._fast.held = 0
             packet = getattr(event, "packet", None)
             if not isinstance(event, HeartbeatLogEvent):
                 self._on_event(event, items, packet)  # reads the rows through the packet

@@ -4,13 +4,15 @@ builds its event objects for them.
 mysql-replication's framing (a packet wrapper and an event object per binlog event, a table
 map parsed for every row event of a one-row statement) costs about as much as decoding the
 rows. For a table id whose table map was already seen with the same bytes, and whose rows the
-connector decodes itself (rowcodec.py), the connection hands each row event's bytes here:
-the rows are decoded into log items at once, and mysql-replication gets a heartbeat in the
-event's place (so its position bookkeeping still moves, and the reader returns one event's
-items at a time: memory stays bounded by one event). Repeated table maps of such tables become
-heartbeats too. Everything else (GTID, query, XID, rotate events, first table maps, first row
-events of a table id, tables with columns the connector does not decode) takes
-mysql-replication's path unchanged. A rotate or a DDL statement forgets every table id.
+connector decodes itself (rowcodec.py), the connection hands each row event's bytes here: the
+rows are decoded into log items at once. A row event or table map is always followed by more of
+its transaction, which is already in the binlog, so the connection reads on without returning
+to mysql-replication until ``HELD`` rows are waiting (memory stays bounded by that and one
+event); then mysql-replication gets a heartbeat standing in for the events consumed, so its
+position bookkeeping still moves. Repeated table maps of such tables are consumed the same way.
+Everything else (GTID, query, XID, rotate events, first table maps, first row events of a table
+id, tables with columns the connector does not decode) takes mysql-replication's path unchanged.
+A rotate or a DDL statement forgets every table id.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ _TABLE_MAP, _ROTATE, _HEARTBEAT = 19, 4, 27
 _ROWS = {23: Op.INSERT, 24: Op.UPDATE, 25: Op.DELETE, 30: Op.INSERT, 31: Op.UPDATE,
          32: Op.DELETE}
 RowsSink = Callable[[Op, Any, list[dict[str, Any]], int], None]
+HELD = 1024  # decoded rows that may wait before mysql-replication is handed a stand-in
 
 
 def _length_coded(data: bytes, pos: int) -> tuple[int, int]:
@@ -44,7 +47,9 @@ class FastPath:
         self.sink = sink
         self._checksum_of = checksum  # known once the stream is connected
         self.checksum: int | None = None
-        self.replaced = False  # the last packet read was replaced by a heartbeat
+        self.replaced = False  # the last packet returned was a stand-in heartbeat
+        self.held = 0  # rows decoded since the reader last took them
+        self._last = (0, 0, 0)  # timestamp, server id, log position of the last event consumed
         self.maps: dict[int, bytes] = {}  # table id -> its last table map's body
         self.plans: dict[int, Any] = {}  # table id -> the decoder's TablePlan (None: skip)
 
@@ -57,31 +62,32 @@ class FastPath:
         self.maps.clear()
         self.plans.clear()
 
-    def intercept(self, data: bytes) -> bytes | None:
-        """A heartbeat packet replacing a binlog event handled here, or None."""
+    def intercept(self, data: bytes) -> bool:
+        """Whether the packet was a binlog event consumed here."""
         if len(data) < 26 or data[0] != 0:
-            return None
+            return False
         timestamp, kind, server_id, size, log_pos, _ = _HEADER.unpack_from(data)
         if size != len(data) - 1 or (kind not in _ROWS and kind not in (_TABLE_MAP, _ROTATE)):
-            return None  # not a binlog event (a reply on the stream connection), or not ours
+            return False  # not a binlog event (a reply on the stream connection), or not ours
         if self.checksum is None:
             self.checksum = 4 if self._checksum_of() else 0
         if kind == _ROTATE:
             self.forget()
-            return None
+            return False
         table_id = int.from_bytes(data[20:26], "little")
         end = len(data) - (self.checksum or 0)
         if kind == _TABLE_MAP:
             body = data[20:end]
-            if self.maps.get(table_id) == body and table_id in self.plans:
-                return self._heartbeat(timestamp, server_id, log_pos)
-            self.maps[table_id] = body
-            self.plans.pop(table_id, None)
-            return None
-        if table_id not in self.plans:
-            return None
-        self._rows(kind, self.plans[table_id], data, end, log_pos)
-        return self._heartbeat(timestamp, server_id, log_pos)
+            if self.maps.get(table_id) != body or table_id not in self.plans:
+                self.maps[table_id] = body
+                self.plans.pop(table_id, None)
+                return False
+        elif table_id in self.plans:
+            self._rows(kind, self.plans[table_id], data, end, log_pos)
+        else:
+            return False
+        self._last = (timestamp, server_id, log_pos)
+        return True
 
     def _rows(self, kind: int, plan: Any, data: bytes, end: int, log_pos: int) -> None:
         op = _ROWS[kind]
@@ -99,9 +105,13 @@ class FastPath:
             return  # a table that is not captured
         codec = plan.codec
         codec.check_present(present, plan.table)
-        self.sink(op, plan, codec.decode(data, pos, end), log_pos)
+        images = codec.decode(data, pos, end)
+        self.held += len(images)
+        self.sink(op, plan, images, log_pos)
 
-    def _heartbeat(self, timestamp: int, server_id: int, log_pos: int) -> bytes:
+    def stand_in(self) -> bytes:
+        """A heartbeat for mysql-replication in place of the events consumed last."""
+        timestamp, server_id, log_pos = self._last
         self.replaced = True
         checksum = self.checksum or 0
         return _HEADER.pack(timestamp, _HEARTBEAT, server_id, 19 + checksum, log_pos, 0) + bytes(

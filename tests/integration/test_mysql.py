@@ -327,13 +327,14 @@ def test_a_killed_binlog_connection_resumes_without_loss_or_duplicates(
             kills += _kill_stream(maria)
         stop.set()
         writer.join(30)
-        # one large transaction: the reader needs seconds for it, so these kills come while
-        # it is inside the transaction
+        _catch_up(pipeline, maria)
+        # one large transaction, read from an idle start: the reader needs seconds for it, so
+        # these kills come while it is inside the transaction
         maria.execute("INSERT INTO t_int SELECT 1000000 + seq, 'big', repeat('y', 200) "
-                      "FROM seq_1_to_30000")
-        inserted.extend(range(1_000_001, 1_030_001))
+                      "FROM seq_1_to_100000")
+        inserted.extend(range(1_000_001, 1_100_001))
         for _ in range(2):
-            time.sleep(0.3)
+            time.sleep(0.1)
             kills += _kill_stream(maria)
         _catch_up(pipeline, maria)
         restarts = pipeline.restarts
