@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import orjson
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from dblog.core.model import ChangeEvent
 from dblog.errors import DblogError, FatalOutputError, LeadershipLost
-from dblog.formats.base import Format, format_by_name
+from dblog.formats.base import Format, TableLookup, format_by_name, no_tables
 
 _BLOCK = 1 << 16
 
@@ -29,6 +29,8 @@ class JsonlConfig(BaseModel):
     type: str = "jsonl"
     path: str = "-"
     format: str = "native"
+    format_options: dict[str, Any] = Field(default_factory=dict)
+    """The format's own settings (e.g. debezium-json's ``before_image``); see docs/formats.md."""
     fsync: bool = True
 
 
@@ -92,15 +94,21 @@ class JsonlOutput:
                  name: str | None = None) -> None:
         self.config = config if isinstance(config, JsonlConfig) else JsonlConfig(**(config or {}))
         try:
-            self.format: Format = format_by_name(self.config.format)
+            self.format: Format = format_by_name(self.config.format,
+                                                 self.config.format_options or None)
         except DblogError as exc:
             raise FatalOutputError(f"jsonl output {self.config.path}: {exc.message}",
                                    fix=exc.fix) from None
         self.name = name or f"jsonl:{self.config.path}"
         self._handle: BinaryIO | None = None
         self._fence: Callable[[], bool] | None = None
+        self._tables: TableLookup = no_tables
         self._written = -1
         self._durable = -1
+
+    def set_tables(self, lookup: TableLookup) -> None:
+        """The source's table metadata, for formats that write it (:class:`TableAwareOutput`)."""
+        self._tables = lookup
 
     def set_fence(self, may_write: Callable[[], bool]) -> None:
         """Whether this instance may still write (leadership). It is checked after encoding,
@@ -126,7 +134,7 @@ class JsonlOutput:
 
     def write(self, events: Sequence[ChangeEvent]) -> None:
         handle = self._require()
-        data = self.format.encode_lines(events)
+        data = self.format.encode_lines(events, self._tables)
         if self._fence is not None and not self._fence():
             raise LeadershipLost(f"leadership lost: {len(events)} event(s) not written to "
                                  f"{self.config.path}")

@@ -100,6 +100,14 @@ class KafkaOutput:
 
     # -- abilities ----------------------------------------------------------------------------
 
+    def set_tables(self, lookup: TableLookup) -> None:
+        """The source's table metadata, for formats that write it (:class:`TableAwareOutput`);
+        given before :meth:`open`."""
+        self.tables = lookup
+        self._planner = self._new_planner()
+        self._planner.set_epoch(self.epoch)
+        self._tracker.table_of = self._planner.table_of
+
     def bind(self, pipeline: str, epoch: int) -> None:
         """The pipeline (topic prefix, transactional id, checkpoint key) and the leader epoch
         (the ``dblog.epoch`` header; a checkpoint of a newer epoch refuses this run)."""
@@ -198,24 +206,36 @@ class KafkaOutput:
         fresh = [e for e in events if e.seq > self._sent]  # replays Kafka holds; retried writes
         if not fresh:
             return
-        planned = [(e.seq, self._planner.plan(e)) for e in fresh]
+        records = self._planner.plan_batch(fresh)
         self._check_fence(f"{len(fresh)} event(s) not produced")
         if self.config.exactly_once and not self._in_txn:
             transactional_call("beginning a Kafka transaction", producer.begin_transaction)
             self._in_txn = True
-        self._produce(producer, planned)
+        self._produce(producer, records, fresh[0].seq, fresh[-1].seq)
 
-    def _produce(self, producer: Producer,
-                 planned: list[tuple[int, list[KafkaRecord]]]) -> None:
-        sender = Sender(producer, self._planner.table_of, self.config.flush_timeout_s)
-        batch = self._tracker.start(planned[0][0])
-        callback = batch.done
-        for seq, records in planned:
+    def _produce(self, producer: Producer, records: list[KafkaRecord], first: int,
+                 last: int) -> None:
+        """Produce in order; ``_sent`` is the last event whose every record was produced (a
+        retried write resumes after it)."""
+        batch = self._tracker.start(first)
+        callback, produce, sent = batch.done, producer.produce, self._sent
+        try:
             for record in records:
-                sender.produce(record, seq, callback)
+                if record.seq != sent:
+                    self._sent = batch.last = sent  # the previous event is complete
+                    sent = record.seq
+                try:
+                    produce(record.topic, record.value, record.key, record.partition,
+                            on_delivery=callback, headers=record.headers)
+                except (BufferError, KafkaException):
+                    self._sender(producer).produce(record, callback)
                 batch.outstanding += 1
-            batch.last = self._sent = seq
-        producer.poll(0)
+            self._sent = batch.last = last
+        finally:
+            producer.poll(0)
+
+    def _sender(self, producer: Producer) -> Sender:
+        return Sender(producer, self._planner.table_of, self.config.flush_timeout_s)
 
     def _check_fence(self, what: str) -> None:
         if self._fence is not None and not self._fence():
@@ -239,7 +259,7 @@ class KafkaOutput:
         if self.config.exactly_once:
             return self._commit(None)
         producer = self._require()
-        sender = Sender(producer, self._planner.table_of, self.config.flush_timeout_s)
+        sender = self._sender(producer)
         try:
             self._acked = sender.wait(self._tracker, self.config.flush_timeout_s)
         except DblogError as exc:
@@ -279,7 +299,7 @@ class KafkaOutput:
         aborted), then commit; a retryable failure leaves the commit pending for a retry."""
         producer, pending = self._producer, self._pending
         assert producer is not None and pending is not None
-        sender = Sender(producer, self._planner.table_of, self.config.flush_timeout_s)
+        sender = self._sender(producer)
         started = time.monotonic()
         try:
             sender.wait(self._tracker, self.config.flush_timeout_s)

@@ -16,6 +16,7 @@ from dblog.core.positions import Position
 from dblog.errors import DblogError, FatalSourceError
 from dblog.runtime.clock import SystemClock
 from dblog.spi import Clock, Finding
+from dblog.spi.source import LoggedImages
 
 from . import catalog, setup
 from .binlog import MysqlLogReader
@@ -112,6 +113,11 @@ class MysqlConnector:
                 gtid = str(query(self._conn(), "SELECT @@GLOBAL.gtid_mode")[0][0])
             self._flavor = detect(version, gtid)
         return self._flavor
+
+    def logged_images(self, table: TableId) -> LoggedImages:
+        """Full old and new rows: the connector refuses a server without
+        binlog_row_image=FULL."""
+        return LoggedImages.binlog()
 
     def check(self) -> list[Finding]:
         """What is wrong with the source, with fixes; changes nothing."""

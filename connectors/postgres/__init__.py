@@ -15,6 +15,7 @@ from dblog.core.model import TableId
 from dblog.core.positions import Position
 from dblog.errors import DblogError, FatalSourceError
 from dblog.spi import Finding
+from dblog.spi.source import LoggedImages
 
 from . import catalog, setup
 from .chunks import PostgresChunkReader, PostgresWatermarkWriter, connect
@@ -95,6 +96,16 @@ class PostgresConnector:
             raise classify(exc, "checking the source") from exc
         return findings
 
+    def logged_images(self, table: TableId) -> LoggedImages:
+        """Under REPLICA IDENTITY FULL the old row is logged whole; otherwise only its key, and
+        unchanged TOAST values are left out of the new row."""
+        try:
+            found = _replica_identity(self._conn(), table)
+        except psycopg.Error as exc:
+            raise classify(exc, f"reading the replica identity of {table}") from exc
+        identity, toastable = found if found is not None else ("d", True)
+        return LoggedImages.postgres(table, identity, toastable)
+
     def prepare(self) -> None:
         conn = self._conn()
         try:
@@ -141,6 +152,15 @@ class PostgresConnector:
             self._catalog = None
 
 
+def _replica_identity(conn: psycopg.Connection, table: TableId) -> tuple[str, bool] | None:
+    """``relreplident`` of ``table`` and whether it has TOAST-able columns."""
+    row = conn.execute(
+        "SELECT c.relreplident, EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid "
+        "AND a.attnum > 0 AND NOT a.attisdropped AND a.attstorage IN ('x', 'e')) "
+        "FROM pg_class c WHERE c.oid = %s::regclass", (catalog.regclass(table),)).fetchone()
+    return None if row is None else (str(row[0]), bool(row[1]))
+
+
 def _table_findings(conn: psycopg.Connection, table: TableId,
                     key: tuple[str, ...] | None) -> list[Finding]:
     findings = []
@@ -148,10 +168,7 @@ def _table_findings(conn: psycopg.Connection, table: TableId,
         catalog.table_info(conn, table, key)
     except DblogError as exc:
         findings.append(Finding("error", exc.message, exc.fix))
-    row = conn.execute(
-        "SELECT c.relreplident, EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid "
-        "AND a.attnum > 0 AND NOT a.attisdropped AND a.attstorage IN ('x', 'e')) "
-        "FROM pg_class c WHERE c.oid = %s::regclass", (catalog.regclass(table),)).fetchone()
+    row = _replica_identity(conn, table)
     if row and row[0] != "f" and row[1]:
         identity = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX"}.get(row[0], row[0])
         findings.append(Finding(

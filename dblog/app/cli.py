@@ -77,24 +77,29 @@ def _run_until_signal(runner: _Stoppable) -> int:
 
 
 def _check(config: PipelineConfig) -> int:
-    from dblog.app.plugins import build_connector
+    from dblog.app.checks import findings
+    from dblog.app.plugins import build_connector, build_output
 
     connector = build_connector(config.source, config.name)
-    findings = connector.check()
-    for finding in findings:
+    try:
+        outputs = [build_output(raw, i) for i, raw in enumerate(config.outputs)]
+        found = findings(connector, outputs)
+    finally:
+        connector.close()
+    for finding in found:
         print(f"{finding.level.upper():8} {finding.message}")
         if finding.fix:
             print(f"         fix: {finding.fix}")
-    if not findings:
+    if not found:
         print("OK       no problems found")
-    return 1 if any(f.level == "error" for f in findings) else 0
+    return 1 if any(f.level == "error" for f in found) else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dblog", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text in (("run", "run the pipeline (an HA candidate with ZooKeeper state)"),
-                       ("check", "assess the source")):
+                       ("check", "assess the source and what the outputs need of it")):
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("--config", "-c", required=True, help="YAML configuration file")
     add_commands(sub)

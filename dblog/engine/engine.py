@@ -35,11 +35,12 @@ from dblog.core.acks import PipelineState
 from dblog.core.dumps import DumpState
 from dblog.core.model import TableId
 from dblog.core.recent import RecentTransactions
+from dblog.engine.catalog import TableCatalog
 from dblog.engine.commands import CommandChannel
 from dblog.engine.delivery import Delivery
 from dblog.engine.jobs import BlockingChunkRead, InlineRunner, Runner, overlapping_runner
 from dblog.engine.loop import LogForwarder, TransactionBoundary
-from dblog.engine.scheduler import DumpScheduler
+from dblog.engine.scheduler import DumpScheduler, log_skipped
 from dblog.engine.settings import EngineSettings, Knobs, PhaseHooks
 from dblog.errors import DblogError, DumpRequestError, LeadershipLost
 from dblog.runtime.clock import SingleNodeLeadership, SystemClock
@@ -50,6 +51,7 @@ from dblog.spi import (
     Output,
     SourceConnector,
     StateStore,
+    TableAwareOutput,
     WakeableLogReader,
     WatermarkWriter,
 )
@@ -117,6 +119,8 @@ class Engine:
             opened.callback(_close, chunks)
             marks = self.connector.watermark_writer()
             opened.callback(_close, marks)
+            self._tables = TableCatalog(self.connector.chunk_reader)
+            opened.callback(self._tables.close)
             runner = opened.enter_context(self._runner(opened, chunks, marks))
             opened.callback(self.running.clear)
             return self._run(reader, chunks, runner, marks)
@@ -149,6 +153,9 @@ class Engine:
         an empty state and queues the initial dumps)."""
         stored = self.store.load()
         state = PipelineState() if stored is None else state_from_json(stored.data)
+        for output in self.delivery.outputs:
+            if isinstance(output, TableAwareOutput):
+                output.set_tables(self._tables.lookup)
         self.delivery.resume(state, None if stored is None else stored.version)
         state = self.delivery.state  # an output's newer checkpoint may have replaced it
         recent = RecentTransactions(self.settings.recent_keys)
@@ -160,12 +167,18 @@ class Engine:
         self.scheduler = scheduler
         self.captured = tuple(str(t) for t in chunks.list_tables())
         if stored is None and state.seq == 0:
+            initial = dumpops.initial_dumps(  # checked before the first state is saved
+                lambda tables: scheduler.validated(tables, None, None),
+                self.settings.initial_dumps, self.settings.initial_dumps_skip_unavailable,
+                log_skipped)
             self.delivery.save(state)
-            for tables in self.settings.initial_dumps:
-                self.request_dump(tables)
+            for dump in initial:
+                scheduler.accept(dump)
         log.info("resumed at position %s, seq %d, %d dump(s) queued", state.position,
                  state.seq, sum(1 for d in state.dumps.dumps if d.state in dumpops.ACTIVE_STATES))
-        return LogForwarder(self.delivery, scheduler, boundary, recent)
+        forwarder = LogForwarder(self.delivery, scheduler, boundary, recent)
+        forwarder.schema_changed = self._tables.invalidate
+        return forwarder
 
     def _run(self, reader: LogReader, chunks: Any, runner: Runner,
              marks: WatermarkWriter) -> PipelineState:

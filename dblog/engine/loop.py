@@ -15,10 +15,11 @@ Both are built from a delivery and the window side (:class:`Windows`), with no l
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from dblog.core.dumps import Dump
-from dblog.core.model import TABLE_OPS, ChangeEvent, LogItem, Op, Watermark
+from dblog.core.model import TABLE_OPS, ChangeEvent, LogItem, Op, TableId, Watermark
 from dblog.core.positions import Position
 from dblog.core.recent import RecentTransactions
 
@@ -74,6 +75,8 @@ class LogForwarder:
         self.delivery, self.windows, self.boundary, self.recent = (
             delivery, windows, boundary, recent)
         self._begin: ChangeEvent | None = None
+        self.schema_changed: Callable[[TableId], None] = lambda table: None
+        """Told of each schema change (the table catalog of the outputs reads it again)."""
 
     def process(self, item: LogItem) -> None:
         if isinstance(item, Watermark):
@@ -94,6 +97,8 @@ class LogForwarder:
         if self.windows.windowing():
             self.windows.on_change(item)
         table = item.table
+        if item.op is Op.SCHEMA and table is not None:
+            self.schema_changed(table)
         if item.txid is not None and table is not None:
             key = None if item.op in TABLE_OPS else item.key
             self.recent.add(item.txid, table, key, bool(item.unchanged))

@@ -13,10 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from dblog.core.model import ChangeEvent, TableId, TableInfo
 from dblog.errors import ConfigError
+from dblog.spi.findings import Finding
+from dblog.spi.source import LoggedImages
 
 TableLookup = Callable[[TableId], TableInfo | None]
 """The metadata of a table (columns, types, key) where a format needs it; None if unknown."""
@@ -75,3 +77,18 @@ def format_by_name(name: str, options: Mapping[str, Any] | None = None) -> Forma
     module, _, attr = target.partition(":")
     cls: Callable[..., Format] = getattr(__import__(module, fromlist=[attr]), attr)
     return cls(**kwargs)
+
+
+@runtime_checkable
+class FormatWithRequirements(Protocol):
+    """A format that needs more of the source than keys and new rows (a changelog format's
+    consumers retract full old rows); ``dblog check`` asks it per captured table."""
+
+    def requirements(self, info: TableInfo, logged: LoggedImages) -> list[Finding]: ...
+
+
+@runtime_checkable
+class FormattedOutput(Protocol):
+    """An output (a transport) that encodes events with a format."""
+
+    format: Format

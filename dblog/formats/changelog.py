@@ -33,6 +33,7 @@ from dblog.formats.coltypes import Family
 from dblog.formats.rows import RowMapper
 from dblog.formats.temporal import epoch_micros
 from dblog.spi import Finding
+from dblog.spi.source import LoggedImages
 
 Connector = Literal["postgresql", "mysql", "mariadb"]
 ChangeKind = Literal["insert", "read", "update", "delete", "truncate"]
@@ -76,27 +77,6 @@ class Change:
     before: Row | None = None
     after: RowImage | None = None
     omitted: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class LoggedImages:
-    """What the source logs of a table's updates and deletes; the connector's ``check`` knows
-    (PostgreSQL: ``pg_class.relreplident`` and TOAST-able columns; MySQL/MariaDB: always full
-    under the binlog_row_image=FULL the connector requires)."""
-
-    full_before: bool
-    complete_after: bool = True
-    fix: str | None = None
-
-    @classmethod
-    def postgres(cls, table: object, replica_identity: str, toastable: bool) -> LoggedImages:
-        """``replica_identity``: ``relreplident`` (``d``, ``f``, ``i``, ``n``) or its name."""
-        full = replica_identity.lower() in ("f", "full")
-        return cls(full, full or not toastable, f"ALTER TABLE {table} REPLICA IDENTITY FULL;")
-
-    @classmethod
-    def binlog(cls) -> LoggedImages:
-        return cls(True, True, None)
 
 
 def requirements(format_name: str, options: ChangelogOptions, info: TableInfo,

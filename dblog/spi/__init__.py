@@ -26,6 +26,7 @@ from dblog.spi.sink import (
     FencedOutput,
     Output,
     PipelineBound,
+    TableAwareOutput,
 )
 from dblog.spi.source import (
     Chunk,
@@ -61,6 +62,7 @@ __all__ = [
     "SourceConnector",
     "StateStore",
     "StoredState",
+    "TableAwareOutput",
     "WakeableLogReader",
     "WatermarkWriter",
     "WindowChunkReader",

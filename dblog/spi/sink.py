@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from dblog.core.model import ChangeEvent
+from dblog.core.model import ChangeEvent, TableId, TableInfo
 
 
 @runtime_checkable
@@ -96,3 +96,13 @@ class CheckpointingOutput(Protocol):
     def flush_checkpoint(self, checkpoint: Checkpoint) -> int: ...
 
     def committed_checkpoint(self) -> Checkpoint | None: ...
+
+
+@runtime_checkable
+class TableAwareOutput(Protocol):
+    """An output whose format writes table metadata (columns, types, key names): the engine
+    gives it a lookup into the source's catalog before :meth:`Output.open`. The lookup may be
+    called from the output's own thread; it returns None for a table the source cannot
+    describe."""
+
+    def set_tables(self, lookup: Callable[[TableId], TableInfo | None]) -> None: ...

@@ -145,3 +145,32 @@ class SourceConnector(Protocol):
     def watermark_writer(self) -> WatermarkWriter: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedImages:
+    """What the source logs of a table's updates and deletes: the full old row
+    (``full_before``) and every column of the new one, unchanged large values included
+    (``complete_after``); ``fix`` says how to make it log both."""
+
+    full_before: bool
+    complete_after: bool = True
+    fix: str | None = None
+
+    @classmethod
+    def postgres(cls, table: object, replica_identity: str, toastable: bool) -> LoggedImages:
+        """``replica_identity``: ``relreplident`` (``d``, ``f``, ``i``, ``n``) or its name."""
+        full = replica_identity.lower() in ("f", "full")
+        return cls(full, full or not toastable, f"ALTER TABLE {table} REPLICA IDENTITY FULL;")
+
+    @classmethod
+    def binlog(cls) -> LoggedImages:
+        return cls(True, True, None)
+
+
+@runtime_checkable
+class ImageLoggingSource(Protocol):
+    """A source that can say what it logs per table (``dblog check`` compares it with what
+    each output's format needs)."""
+
+    def logged_images(self, table: TableId) -> LoggedImages: ...
