@@ -28,7 +28,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError
 from pydantic import BaseModel, ConfigDict
 
-from dblog.core.model import ChangeEvent, Key, Row, TableId
+from dblog.core.model import ChangeEvent, Key, Row, TableId, TableInfo
 from dblog.core.positions import decode_position
 from dblog.errors import DblogError, FatalOutputError, LeadershipLost, RetryableOutputError
 from dblog.formats.base import TableLookup, no_tables
@@ -303,4 +303,14 @@ def dtab_open(path: Path, kinds: dict[str, ColumnKind], key: tuple[str, ...],
     return table
 
 
-__all__ = ["DeltaConfig", "DeltaOutput", "Plan"]
+def read_live(config: DeltaConfig | dict[str, Any], info: TableInfo) -> dict[Key, Row]:
+    """A replica table with the documented reader filter (``_dblog_deleted = false``), in the
+    canonical form of the source's events; for checks and demos."""
+    cfg = config if isinstance(config, DeltaConfig) else DeltaConfig(**config)
+    path = Path(cfg.path) / cfg.table_path.format(schema=info.table.schema,
+                                                  table=info.table.name)
+    kinds = {c.name: kind_of(c.type_name) for c in info.columns}
+    return dtab.live_rows(DeltaTable(str(path)), kinds, info.key_columns)
+
+
+__all__ = ["DeltaConfig", "DeltaOutput", "Plan", "read_live"]

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, field_validator
 from sqlalchemy.engine import Engine
 
-from dblog.core.model import ChangeEvent, Key, Row, TableId
+from dblog.core.model import ChangeEvent, Key, Row, TableId, TableInfo
 from dblog.core.positions import decode_position
 from dblog.errors import FatalOutputError, LeadershipLost
 from dblog.formats.base import TableLookup, no_tables
@@ -322,4 +322,22 @@ class SqlOutput:
         return bad or [rule]
 
 
-__all__ = ["SqlConfig", "SqlOutput", "kind_of"]
+def read_live(config: SqlConfig | dict[str, Any], info: TableInfo) -> dict[Key, Row]:
+    """A replica table as its readers see it (the view without tombstones), in the canonical
+    form of the source's events; for checks and demos, without opening an output."""
+    cfg = config if isinstance(config, SqlConfig) else SqlConfig(**config)
+    engine = make_engine(cfg.url)
+    try:
+        _, view = Naming(cfg.target_schema, cfg.table_name, cfg.view_name).names(
+            info.table, engine.dialect.name)
+        kinds = kinds_of(info)
+        live = sa.table(view, *(sa.column(c) for c in kinds), schema=cfg.target_schema)
+        with engine.connect() as conn:
+            records = conn.execute(sa.select(live)).mappings().all()
+    finally:
+        engine.dispose()
+    rows = [{c: from_db(k, r[c]) for c, k in kinds.items()} for r in records]
+    return {tuple(row[k] for k in info.key_columns): row for row in rows}
+
+
+__all__ = ["SqlConfig", "SqlOutput", "kind_of", "read_live"]

@@ -4,7 +4,9 @@ equals the source.
 Starts a throwaway PostgreSQL (wal_level=logical, wal2json), loads a sample ``orders`` table,
 starts a concurrent writer (inserts, updates, deletes), runs a full dump through dblog into a
 JSON-lines file while the writer runs, stops the writer, waits for the stream to catch up, then
-replays the file (upsert after-images, delete on delete) and compares it with the table.
+replays the file (upsert after-images, delete on delete) and compares it with the table. The
+same capture also feeds a SQLite replica and a Delta table (replica outputs: the guarded apply
+of docs/replica.md); each is read back as its readers see it and compared with the table.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -25,8 +28,9 @@ from dblog import EngineSettings, Pipeline
 from dblog.connectors.postgres import PostgresConnector
 from dblog.connectors.postgres.chunks import PostgresChunkReader
 from dblog.connectors.postgres.positions import Lsn
-from dblog.core.model import EncodedRow, TableId
+from dblog.core.model import EncodedRow, Key, Row, TableId, TableInfo
 from dblog.harness.postgres import start_postgres
+from dblog.outputs import delta, sql
 from dblog.outputs.jsonl import JsonlOutput
 from dblog.testing import replay
 
@@ -67,6 +71,27 @@ def source_rows(dsn: str) -> dict[object, dict[str, object]]:
             for key, row in rows}
 
 
+def table_lookup(dsn: str) -> tuple[PostgresChunkReader, Callable[[TableId], TableInfo]]:
+    """The source's table metadata for the replica outputs (they call it from their own
+    threads: one reader, one call at a time)."""
+    reader, lock = PostgresChunkReader(dsn, [], {}), threading.Lock()
+
+    def lookup(table: TableId) -> TableInfo:
+        with lock:
+            return reader.table_info(table)
+    return reader, lookup
+
+
+def compare_replica(name: str, rows: dict[Key, Row], source: dict[object, object]) -> bool:
+    expected = {key: row for (_, key), row in source.items()}  # type: ignore[misc]
+    if rows == expected:
+        print(f"OK: the {name} equals the source table ({len(rows):,} rows)")
+        return True
+    print(f"MISMATCH in the {name}: {len(set(expected) - set(rows))} missing, "
+          f"{len(set(rows) - set(expected))} extra")
+    return False
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=300_000)
@@ -82,9 +107,12 @@ def main() -> int:
             conn.execute(SCHEMA.replace("%(rows)s", str(args.rows)))
             conn.execute("VACUUM ANALYZE orders")
         output = work / "orders.jsonl"
+        reader, lookup = table_lookup(dsn)
+        replicas = {"url": f"sqlite:///{work / 'replica.db'}"}, {"path": str(work / "delta")}
         pipeline = Pipeline(
             PostgresConnector({"dsn": dsn, "slot": "demo", "tables": ["public.orders"]}, "demo"),
-            [JsonlOutput({"path": str(output)})], state_path=str(work / "state.json"),
+            [JsonlOutput({"path": str(output)}), sql.SqlOutput(replicas[0], tables=lookup),
+             delta.DeltaOutput(replicas[1], tables=lookup)], state_path=str(work / "state.json"),
             settings=EngineSettings(chunk_size=args.chunk_size),
         ).start()
         stop, changes = threading.Event(), [0]
@@ -113,14 +141,22 @@ def main() -> int:
         source = source_rows(dsn)
         print(f"dump: {reads:,} rows read in {dump_s:.1f}s ({reads / dump_s:,.0f} rows/s) while "
               f"the writer made {changes[0]:,} changes; {len(events):,} events in {output}")
-        if replayed == source:
+        ok = replayed == source
+        if ok:
             print(f"OK: the replayed output equals the source table ({len(source):,} rows)")
-            return 0
-        missing = set(source) - set(replayed)
-        extra = set(replayed) - set(source)
-        differ = [k for k in set(source) & set(replayed) if source[k] != replayed[k]]
-        print(f"MISMATCH: {len(missing)} missing, {len(extra)} extra, {len(differ)} differ")
-        return 1
+        else:
+            missing = set(source) - set(replayed)
+            extra = set(replayed) - set(source)
+            differ = [k for k in set(source) & set(replayed) if source[k] != replayed[k]]
+            print(f"MISMATCH: {len(missing)} missing, {len(extra)} extra, {len(differ)} differ")
+        info = lookup(TableId("public", "orders"))
+        reader.close()
+        ok &= compare_replica(f"SQLite replica ({work / 'replica.db'}, view orders_live)",
+                              sql.read_live(replicas[0], info), source)
+        ok &= compare_replica(f"Delta table ({work / 'delta'}/public.orders, read with "
+                              "_dblog_deleted = false)", delta.read_live(replicas[1], info),
+                              source)
+        return 0 if ok else 1
     finally:
         server.stop()
 

@@ -1,0 +1,366 @@
+#!/usr/bin/env python
+"""Replica outputs benchmark: dblog from PostgreSQL into a SQL or Delta replica, beside a raw
+loop of the same driver writing the same rows, in the same run.
+
+    python bench/run.py --db postgres --output sql|delta [--target sqlite|postgres|mariadb]
+        [--rows 200000] [--updates 100000] [--merge-sizes 1000000,5000000] [--dsn DSN]
+
+(``bench/run.py`` delegates here; ``python bench/replica.py ...`` works too.) Prints ONE JSON
+line on stdout, progress on stderr:
+
+* dump: dblog dumps the N-row table of bench/run.py into the replica (rows/s until everything
+  is committed), against the raw loop writing the same rows (read once from the source into
+  memory, canonical text for numeric and timestamps): ``executemany`` of a plain upsert
+  (``ON CONFLICT``/``ON DUPLICATE KEY``, no guard) through the target's DBAPI driver, 1,000 rows
+  per call and commit; for Delta ``write_deltalake`` (append) of the same Arrow data, 10,000
+  rows per commit.
+* stream: U single-row UPDATEs (transactions of 1,000) written while dblog is stopped, then
+  consumed (events/s until committed), against the raw loop writing the U updated rows the same
+  way.
+* merge_cost (Delta): the time of one dblog MERGE of 1,000 keys (clustered: consecutive ids;
+  scattered: random ids) into a Delta table of S rows, for each S of ``--merge-sizes``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import rss_kb, wait_dump
+from run import TABLE, UPDATE_SQL, drop_slot, load_table, progress
+
+SELECT = (f"SELECT id, i1, i2, name, amount::text, note, created_at::text, updated_at::text "
+          f"FROM {TABLE} ORDER BY id")
+COLUMNS = ("id", "i1", "i2", "name", "amount", "note", "created_at", "updated_at")
+
+
+def source_rows(dsn: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """The table's rows as the events carry them (the raw loop writes the same values)."""
+    from dblog.connectors.postgres.chunks import PostgresChunkReader
+    from dblog.core.model import EncodedRow, TableId
+
+    reader = PostgresChunkReader(dsn, [], {})
+    try:
+        info = reader.table_info(TableId.parse(TABLE))
+        chunk = reader.read_chunk(info, None, None, 10**9 if limit is None else limit)
+        rows = [r.decode() if isinstance(r, EncodedRow) else dict(r) for _, r in chunk.rows]
+    finally:
+        reader.close()
+    return rows
+
+
+def make_output(kind: str, target: str, url: str, dsn: str) -> tuple[Any, Any]:
+    """The replica output and the chunk reader giving it the table metadata."""
+    from dblog.connectors.postgres.chunks import PostgresChunkReader
+    from dblog.outputs.delta import DeltaOutput
+    from dblog.outputs.sql import SqlOutput
+
+    reader = PostgresChunkReader(dsn, [], {})
+    lookup = reader.table_info
+    if kind == "sql":
+        return SqlOutput({"url": url}, tables=lookup), reader
+    return DeltaOutput({"path": url}, tables=lookup), reader
+
+
+def dblog_dump(dsn: str, output: Any, workdir: Path, chunk: int) -> dict[str, Any]:
+    from dblog.app.pipeline import Pipeline
+    from dblog.connectors.postgres import PostgresConnector
+    from dblog.engine import EngineSettings
+
+    pipeline = Pipeline(PostgresConnector({"dsn": dsn, "tables": [TABLE], "slot": "bench_rep"},
+                                          "bench_rep"), [output],
+                        state_path=str(workdir / "state.json"),
+                        settings=EngineSettings(chunk_size=chunk))
+    pipeline.start()
+    try:
+        started = time.monotonic()
+        dump_id = pipeline.dump([TABLE])
+        dump, _, flushed_at = wait_dump(pipeline, dump_id, started, 3600)
+        rows = sum(t["rows"] for t in dump["tables"])
+    finally:
+        pipeline.stop()
+    return {"rows": rows, "seconds": flushed_at - started}
+
+
+def dblog_stream(dsn: str, output: Any, workdir: Path, updates: int) -> dict[str, Any]:
+    """Write the updates while dblog is stopped, then time their consumption."""
+    import psycopg
+
+    from dblog.app.pipeline import Pipeline
+    from dblog.connectors.postgres import PostgresConnector
+    from dblog.connectors.postgres.positions import Lsn
+    from dblog.engine import EngineSettings
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(UPDATE_SQL.format(rows=updates))
+        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        assert row is not None
+        end = Lsn.parse(row[0])
+    pipeline = Pipeline(PostgresConnector({"dsn": dsn, "tables": [TABLE], "slot": "bench_rep"},
+                                          "bench_rep"), [output],
+                        state_path=str(workdir / "state.json"), settings=EngineSettings())
+    started = time.monotonic()
+    pipeline.start()
+    try:
+        while True:
+            position = pipeline.status()["committed_position"]
+            if position is not None and Lsn.parse(position) >= end:
+                break
+            if time.monotonic() > started + 3600:
+                raise RuntimeError("the stream was not consumed in an hour")
+            time.sleep(0.01)
+        seconds = time.monotonic() - started
+    finally:
+        pipeline.stop()
+    return {"updates": updates, "seconds": seconds}
+
+
+def _upsert_sql(engine: Any, names: list[str]) -> str:
+    """A plain upsert (no guard) in the driver's parameter style."""
+    dialect = engine.dialect.name
+    quote = engine.dialect.identifier_preparer.quote
+    marks = ", ".join(["?" if dialect == "sqlite" else "%s"] * len(names))
+    lite_or_pg = dialect in ("postgresql", "sqlite")
+    sets = ", ".join(f"{quote(c)} = " + (f"excluded.{quote(c)}" if lite_or_pg
+                                          else f"VALUES({quote(c)})")
+                     for c in names if c != "id")
+    conflict = f"ON CONFLICT (id) DO UPDATE SET {sets}" if lite_or_pg else \
+        f"ON DUPLICATE KEY UPDATE {sets}"
+    return (f"INSERT INTO raw_bench ({', '.join(quote(c) for c in names)}) VALUES ({marks}) "
+            + conflict)
+
+
+def raw_sql(url: str, info: Any, timed: list[dict[str, Any]],
+            prefill: Sequence[dict[str, Any]] = (), batch: int = 1000) -> float:
+    """executemany of a plain upsert through the target's DBAPI driver into a table like the
+    replica's (``prefill`` written first, untimed), the rows converted as the output converts
+    them, guard columns constant; rows/s of ``timed``."""
+    from dblog.outputs.sql import make_engine
+    from dblog.outputs.sql_kinds import to_db
+    from dblog.outputs.sql_schema import build_table, kinds_of
+
+    engine = make_engine(url)
+    dialect, kinds = engine.dialect.name, kinds_of(info)
+    raw_table = build_table(info.table, "raw_bench", None, kinds, info.key_columns, dialect)
+    raw_table.drop(engine, checkfirst=True)
+    raw_table.create(engine)
+    names = [c.name for c in raw_table.columns]
+    guard = {"_dblog_major": 1, "_dblog_minor": 1, "_dblog_deleted": False}
+    upsert = _upsert_sql(engine, names)
+    conn = engine.raw_connection()
+    try:
+        cursor = conn.cursor()
+        seconds = 0.0
+        for rows, clock in ((prefill, False), (timed, True)):
+            params = [tuple(guard[c] if c in guard else to_db(kinds[c], dialect, r.get(c))
+                            for c in names) for r in rows]
+            started = time.monotonic()
+            for i in range(0, len(params), batch):
+                cursor.executemany(upsert, params[i:i + batch])
+                conn.commit()
+            seconds += (time.monotonic() - started) if clock else 0.0
+    finally:
+        conn.close()
+        engine.dispose()
+    return len(timed) / seconds
+
+
+def delta_tables(rows: list[dict[str, Any]], kinds: dict[str, Any], batch: int) -> list[Any]:
+    """The rows as Arrow tables of the replica's schema, ``batch`` rows each."""
+    import pyarrow as pa
+
+    from dblog.outputs.delta_table import arrow_schema
+    from dblog.outputs.sql_kinds import to_db
+
+    schema = arrow_schema(kinds)
+    tables = []
+    for i in range(0, len(rows), batch):
+        part = rows[i:i + batch]
+        columns = {c: [to_db(k, "delta", r.get(c)) for r in part] for c, k in kinds.items()}
+        columns.update(_dblog_major=[1] * len(part), _dblog_minor=[1] * len(part),
+                       _dblog_deleted=[False] * len(part))
+        tables.append(pa.Table.from_pydict(columns, schema=schema))
+    return tables
+
+
+def raw_delta(path: Path, rows: list[dict[str, Any]], kinds: dict[str, Any],
+              batch: int = 10_000) -> float:
+    """write_deltalake (append) of the same Arrow data; rows/s."""
+    from deltalake import write_deltalake
+
+    tables = delta_tables(rows, kinds, batch)
+    started = time.monotonic()
+    for table in tables:
+        write_deltalake(str(path), table, mode="append")
+    return len(rows) / (time.monotonic() - started)
+
+
+def merge_cost(workdir: Path, kinds: dict[str, Any], sizes: list[int],
+               template: dict[str, Any]) -> list[dict[str, Any]]:
+    """One dblog MERGE of 1,000 keys into Delta tables of growing size (clustered and
+    scattered keys), with the files it rewrote."""
+    from deltalake import DeltaTable, write_deltalake
+
+    from dblog.outputs import delta_table as dtab
+
+    out = []
+    for size in sizes:
+        path = workdir / f"merge_{size}"
+        step = 100_000  # 100k-row files: a clustered batch meets few of them
+        for low in range(0, size, step):
+            part = [{**template, "id": i} for i in range(low + 1, min(size, low + step) + 1)]
+            write_deltalake(str(path), delta_tables(part, kinds, step)[0], mode="append")
+        table = DeltaTable(str(path))
+        files = len(table.file_uris())
+        rng = random.Random(size)
+        for layout, keys in (("clustered", range(size // 2, size // 2 + 1000)),
+                             ("scattered", rng.sample(range(1, size + 1), 1000))):
+            batch = delta_tables([{**template, "id": k, "i1": -1} for k in keys], kinds,
+                                 1000)[0]
+            batch = batch.set_column(batch.schema.get_field_index("_dblog_major"),
+                                     "_dblog_major", _int64s(2, batch.num_rows))
+            predicate = dtab.merge_predicate(kinds, ("id",), batch)
+            started = time.monotonic()
+            metrics = dtab.merge(table, batch, predicate, dtab.commit_properties("bench", 1, 0))
+            out.append({"table_rows": size, "table_files": files, "keys": layout,
+                        "merge_s": round(time.monotonic() - started, 3),
+                        "files_removed": metrics.get("num_target_files_removed"),
+                        "files_added": metrics.get("num_target_files_added")})
+            progress(f"merge into {size} rows, {layout}: {out[-1]}")
+    return out
+
+
+def _int64s(value: int, count: int) -> Any:
+    import pyarrow as pa
+
+    return pa.array([value] * count, pa.int64())
+
+
+def prepare_target(kind: str, target: str, workdir: Path, admin_dsn: str) -> tuple[str, Any]:
+    """The replica's URL (or folder) and the server to stop afterwards (None: none)."""
+    if kind == "delta":
+        return str(workdir / "delta"), None
+    if target == "sqlite":
+        return f"sqlite:///{workdir / 'replica.db'}", None
+    if target == "postgres":
+        import psycopg
+
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute("DROP DATABASE IF EXISTS bench_replica")
+            conn.execute("CREATE DATABASE bench_replica")
+        parts = dict(p.split("=", 1) for p in admin_dsn.split())
+        return (f"postgresql+psycopg://{parts.get('user', 'postgres')}@{parts['host']}:"
+                f"{parts['port']}/bench_replica"), None
+    from dblog.harness.mariadb import start_mariadb
+
+    server = start_mariadb()
+    import MySQLdb
+
+    conn = MySQLdb.connect(host="127.0.0.1", port=server.port, user=server.user)
+    conn.cursor().execute("CREATE DATABASE bench_replica")
+    conn.close()
+    return "mysql+mysqldb://" + server.dsn("bench_replica").split("://", 1)[1], server
+
+
+def measure(args: argparse.Namespace, dsn: str, workdir: Path) -> dict[str, Any]:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        progress(f"loading {args.rows} rows")
+        load_table(conn, args.rows)
+    rows = source_rows(dsn)
+    url, server = prepare_target(args.output, args.target, workdir, dsn)
+    try:
+        output, reader = make_output(args.output, args.target, url, dsn)
+        progress(f"dblog dump into {output.name}")
+        dump = dblog_dump(dsn, output, workdir, args.chunk_size)
+        output, reader2 = make_output(args.output, args.target, url, dsn)
+        progress(f"dblog stream of {args.updates} updates")
+        stream = dblog_stream(dsn, output, workdir, args.updates)
+        updated = source_rows(dsn, args.updates)
+        result = raw_side(args, url, rows, updated, workdir, reader)
+        reader.close()
+        reader2.close()
+    finally:
+        if server is not None:
+            server.stop()
+        with psycopg.connect(dsn, autocommit=True) as conn:  # leave a --dsn server as it was
+            drop_slot(conn, "bench_rep")
+            conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
+    dump_rate, stream_rate = dump["rows"] / dump["seconds"], args.updates / stream["seconds"]
+    return {
+        "db": "postgres", "output": args.output,
+        "target": "delta" if args.output == "delta" else args.target,
+        "rows": dump["rows"], "updates": args.updates,
+        "dump_rows_per_s": round(dump_rate, 1),
+        "raw_dump_rows_per_s": round(result["raw_dump"], 1),
+        "dump_ratio": round(dump_rate / result["raw_dump"], 4),
+        "stream_events_per_s": round(stream_rate, 1),
+        "raw_stream_events_per_s": round(result["raw_stream"], 1),
+        "stream_ratio": round(stream_rate / result["raw_stream"], 4),
+        "peak_rss_mb": round(rss_kb()["VmHWM"] / 1024, 1),
+        "merge_cost": result.get("merge_cost", []),
+        "targets": {"dump_ratio": 0.5, "stream_ratio": 0.5},
+    }
+
+
+def raw_side(args: argparse.Namespace, url: str, rows: list[dict[str, Any]],
+             updated: list[dict[str, Any]], workdir: Path, reader: Any) -> dict[str, Any]:
+    from dblog.core.model import TableId
+    from dblog.outputs.sql_schema import kinds_of
+
+    info = reader.table_info(TableId.parse(TABLE))
+    kinds = kinds_of(info)
+    if args.output == "sql":
+        progress("raw executemany upserts")
+        return {"raw_dump": raw_sql(url, info, rows),
+                "raw_stream": raw_sql(url, info, updated, prefill=rows)}
+    progress("raw write_deltalake appends")
+    result: dict[str, Any] = {"raw_dump": raw_delta(workdir / "raw_dump", rows, kinds),
+                              "raw_stream": raw_delta(workdir / "raw_stream", updated, kinds)}
+    sizes = [int(s) for s in args.merge_sizes.split(",") if s]
+    result["merge_cost"] = merge_cost(workdir, kinds, sizes, rows[0])
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", choices=["postgres"], default="postgres")
+    parser.add_argument("--output", choices=["sql", "delta"], required=True)
+    parser.add_argument("--target", choices=["sqlite", "postgres", "mariadb"],
+                        default="postgres", help="the sql output's database")
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--updates", type=int, default=100_000)
+    parser.add_argument("--chunk-size", type=int, default=1000)
+    parser.add_argument("--merge-sizes", default="1000000",
+                        help="Delta table sizes for the MERGE cost (comma-separated)")
+    parser.add_argument("--dsn", help="use this PostgreSQL instead of a throwaway one")
+    args, _ = parser.parse_known_args(argv)
+    server = None
+    dsn = args.dsn
+    if dsn is None:
+        from dblog.harness.postgres import start_postgres
+
+        server = start_postgres()
+        dsn = server.dsn()
+    try:
+        with tempfile.TemporaryDirectory(prefix="dblog-bench-replica-") as tmp:
+            result = measure(args, dsn, Path(tmp))
+    finally:
+        if server is not None:
+            server.stop()
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
