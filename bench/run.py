@@ -473,6 +473,9 @@ def _measure(admin: Any, dsn: str, rows: int, chunk_size: int, workdir: Path, ti
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", choices=["postgres", "mariadb"], default="postgres")
+    parser.add_argument("--output", choices=["jsonl", "kafka"], default="jsonl",
+                        help="kafka: dblog into a Kafka broker against a raw producer loop "
+                             "(bench/kafka.py, which takes more options)")
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--chunk-size", type=int, default=1000)
     parser.add_argument("--dsn", help="use this server instead of a throwaway one")
@@ -487,6 +490,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="sample the dblog children with py-spy, writing DIR/{dump,stream}.txt")
     parser.add_argument("--child", choices=["dump", "stream"], help=argparse.SUPPRESS)
     parser.add_argument("--child-args", help=argparse.SUPPRESS)
+    args, _ = parser.parse_known_args(argv)
+    if args.output == "kafka":  # the Kafka benchmark lives in bench/kafka.py
+        return _delegate("kafka.py", argv)
     args = parser.parse_args(argv)
     if args.db == "mariadb":  # the MariaDB benchmark lives in bench/mysql.py
         return _mariadb_main(argv)
@@ -525,10 +531,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _mariadb_main(argv: list[str] | None) -> int:
+    return _delegate("mysql.py", argv)
+
+
+def _delegate(script: str, argv: list[str] | None) -> int:
+    """Run ``main`` of another benchmark script of this folder with the same arguments."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "dblog_bench_mysql", Path(__file__).with_name("mysql.py"))
+        f"dblog_bench_{script[:-3]}", Path(__file__).with_name(script))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

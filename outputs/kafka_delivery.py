@@ -108,7 +108,8 @@ class Sender:
         self.table_of = table_of
         self.stall_timeout_s = stall_timeout_s
 
-    def produce(self, record: KafkaRecord, seq: int, callback: Callable[..., None]) -> None:
+    def produce(self, record: KafkaRecord, callback: Callable[..., None]) -> None:
+        """Produce ``record``, waiting for room in the queue; a refusal is classified."""
         produce = self.producer.produce
         try:
             produce(record.topic, record.value, record.key, record.partition,
@@ -116,7 +117,7 @@ class Sender:
         except BufferError:
             self._wait_for_room(record, callback)
         except KafkaException as exc:
-            raise self._refused(exc, record, seq) from exc
+            raise self._refused(exc, record) from exc
 
     def _wait_for_room(self, record: KafkaRecord, callback: Callable[..., None]) -> None:
         started = logged = time.monotonic()
@@ -139,12 +140,12 @@ class Sender:
                                 "for the brokers): capture waits", now - started,
                                 len(self.producer))
 
-    def _refused(self, exc: KafkaException, record: KafkaRecord, seq: int) -> DblogError:
+    def _refused(self, exc: KafkaException, record: KafkaRecord) -> DblogError:
         error: KafkaError = exc.args[0]
         if is_too_large(error):
             size = len(record.value or b"") + len(record.key or b"")
             return too_large(error, self.table_of.get(record.topic, record.topic), record.key,
-                             seq, size)
+                             record.seq, size)
         return classify(error, f"producing to {record.topic}")
 
     def wait(self, tracker: Tracker, timeout_s: float) -> int:

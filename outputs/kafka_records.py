@@ -18,11 +18,14 @@ adds what the transport owes a Kafka consumer:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import orjson
 
 from dblog.core.model import ChangeEvent, Op, TableId, TableInfo
 from dblog.formats.base import Format, Record
+from dblog.formats.native import NativeFormat
 from dblog.outputs.kafka_config import topic_name
 
 Headers = list[tuple[str, str | bytes | None]]
@@ -30,13 +33,15 @@ ANY_PARTITION = -1
 """librdkafka's RD_KAFKA_PARTITION_UA: the configured partitioner chooses (murmur2 of the key)."""
 
 
-@dataclass(frozen=True, slots=True)
-class KafkaRecord:
+class KafkaRecord(NamedTuple):
+    """One record to produce; ``seq`` is its event's (an event may have several records)."""
+
     topic: str
     key: bytes | None
     value: bytes | None
     partition: int
     headers: Headers
+    seq: int
 
 
 def with_tombstones(records: list[Record], event: ChangeEvent) -> list[Record]:
@@ -76,6 +81,7 @@ class RecordPlanner:
         self.format, self.template, self.values = fmt, template, topic_values
         self.transaction_topic = transaction_topic
         self.tombstones, self.partitions, self.tables = tombstones, partitions, tables
+        self._native = isinstance(fmt, NativeFormat)
         self.epoch = b"0"
         self._topics: dict[TableId, str] = {}
         self._pos: tuple[object, bytes] = (None, b"")
@@ -99,19 +105,41 @@ class RecordPlanner:
         if position is not self._pos[0]:  # the rows of a chunk share one position
             self._pos = (position, b"" if position is None else str(position).encode())
         headers: Headers = [("dblog.seq", b"%d" % event.seq), ("dblog.epoch", self.epoch),
-                            ("dblog.op", event.op.value.encode())]
+                            ("dblog.op", _OPS[event.op])]
         if position is not None:
             headers.append(("dblog.pos", self._pos[1]))
         return headers
 
+    def plan_batch(self, events: Sequence[ChangeEvent]) -> list[KafkaRecord]:
+        """The records of ``events``, in order. With the native format, the events that
+        become one keyed record each (inserts, dump rows, updates that keep their key) are
+        encoded in one ``encode_lines`` call (one line per event, msgspec for dump rows)."""
+        if not self._native:
+            return [r for e in events for r in self.plan(e)]
+        flags = [_simple(e) for e in events]
+        simple = [e for e, flag in zip(events, flags, strict=True) if flag]
+        lines = iter(self.format.encode_lines(simple).split(b"\n")) if simple else iter(())
+        out: list[KafkaRecord] = []
+        headers, dumps, last_table, topic = self.headers, orjson.dumps, None, ""
+        for e, flag in zip(events, flags, strict=True):
+            if not flag:
+                out.extend(self.plan(e))
+                continue
+            if e.table is not last_table:  # the rows of a chunk share one table id
+                last_table, topic = e.table, self.topic(e.table)  # type: ignore[arg-type]
+            out.append(KafkaRecord(topic, dumps(e.key), next(lines), ANY_PARTITION,
+                                   headers(e), e.seq))
+        return out
+
     def plan(self, event: ChangeEvent) -> list[KafkaRecord]:
         """The records of ``event`` in the order they must be sent."""
-        table = event.table
+        table, seq = event.table, event.seq
         if table is None:  # BEGIN / COMMIT
             if self.transaction_topic is None:
                 return []
             value = self.format.encode(event)
-            return [KafkaRecord(self.transaction_topic, None, value, 0, self.headers(event))]
+            return [KafkaRecord(self.transaction_topic, None, value, 0, self.headers(event),
+                                seq)]
         records = self._records(event, table)
         if not records:
             return []
@@ -119,19 +147,28 @@ class RecordPlanner:
         out: list[KafkaRecord] = []
         for record in records:
             if record.key is None:  # a table-level event: one copy per partition
-                out.extend(KafkaRecord(topic, None, record.value, p, headers)
+                out.extend(KafkaRecord(topic, None, record.value, p, headers, seq)
                            for p in range(self.partitions(topic)))
             else:
                 out.append(KafkaRecord(topic, record.key, record.value, ANY_PARTITION,
-                                       headers))
+                                       headers, seq))
         return out
 
     def _records(self, event: ChangeEvent, table: TableId) -> list[Record]:
         info = self.tables(table)
         records = self.format.encode_records(event, info)
-        if not self.tombstones:
+        if not self.tombstones or (event.op is not Op.DELETE and event.old_key is None):
             return records
         if event.old_key is not None and event.op is Op.UPDATE and records and \
                 all(r.key == records[-1].key for r in records):
             records = self.format.encode_records(old_key_delete(event), info) + records
         return with_tombstones(records, event)
+
+
+_OPS = {op: op.value.encode() for op in Op}
+_SIMPLE = frozenset({Op.INSERT, Op.READ, Op.UPDATE})
+
+
+def _simple(e: ChangeEvent) -> bool:
+    """One keyed record in the native format (no tombstone, no key change, a table)."""
+    return e.op in _SIMPLE and e.old_key is None and e.key is not None and e.table is not None
