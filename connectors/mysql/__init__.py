@@ -18,7 +18,7 @@ from dblog.runtime.clock import SystemClock
 from dblog.spi import Clock, Finding
 from dblog.spi.source import LoggedImages
 
-from . import catalog, setup
+from . import catalog, retire, setup
 from .binlog import MysqlLogReader
 from .chunks import MysqlChunkReader, MysqlWatermarkWriter
 from .db import Endpoint, alive, connect, parse_dsn, query
@@ -113,6 +113,13 @@ class MysqlConnector:
                 gtid = str(query(self._conn(), "SELECT @@GLOBAL.gtid_mode")[0][0])
             self._flavor = detect(version, gtid)
         return self._flavor
+
+    def retired(self) -> list[str]:
+        """What ``dblog retire`` would remove (:class:`dblog.spi.source.RetirableSource`)."""
+        return retire.what_goes(self._conn(), self.watermark_table, self.instance)
+
+    def retire(self) -> list[str]:
+        return retire.retire(self._conn(), self.watermark_table, self.instance)
 
     def logged_images(self, table: TableId) -> LoggedImages:
         """Full old and new rows: the connector refuses a server without

@@ -17,7 +17,7 @@ from dblog.errors import DblogError, FatalSourceError
 from dblog.spi import Finding
 from dblog.spi.source import LoggedImages
 
-from . import catalog, setup
+from . import catalog, retire, setup
 from .chunks import PostgresChunkReader, PostgresWatermarkWriter, connect
 from .errors import classify
 from .replication import PostgresLogReader
@@ -95,6 +95,15 @@ class PostgresConnector:
         except psycopg.Error as exc:
             raise classify(exc, "checking the source") from exc
         return findings
+
+    def retired(self) -> list[str]:
+        """What ``dblog retire`` would remove (:class:`dblog.spi.source.RetirableSource`)."""
+        return retire.what_goes(self._conn(), self.config.slot, self.watermark_table,
+                                self.instance)
+
+    def retire(self) -> list[str]:
+        return retire.retire(self._conn(), self.config.slot, self.watermark_table,
+                             self.instance)
 
     def logged_images(self, table: TableId) -> LoggedImages:
         """Under REPLICA IDENTITY FULL the old row is logged whole; otherwise only its key, and

@@ -11,6 +11,7 @@ import signal
 import sys
 from typing import Any, Protocol
 
+from dblog.app import cli_retire
 from dblog.app.cli_control import add_commands, run_command
 from dblog.app.config import PipelineConfig, load_config
 from dblog.errors import DblogError
@@ -103,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("--config", "-c", required=True, help="YAML configuration file")
     add_commands(sub)
+    cli_retire.add_command(sub)
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
@@ -113,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             return _run(config)
         if args.command == "check":
             return _check(config)
+        if args.command == "retire":
+            return cli_retire.retire(config, args.yes)
         return run_command(config, args)
     except DblogError as exc:
         print(f"dblog: {exc}", file=sys.stderr)

@@ -174,3 +174,15 @@ class ImageLoggingSource(Protocol):
     each output's format needs)."""
 
     def logged_images(self, table: TableId) -> LoggedImages: ...
+
+
+@runtime_checkable
+class RetirableSource(Protocol):
+    """A source that can remove what dblog created in it for this pipeline (``dblog retire``):
+    its replication slot, its row of the watermark table, and the table once no pipeline
+    uses it. :meth:`retired` says what would go; :meth:`retire` removes it and says what went.
+    A slot still in use (dblog running) is refused with the fix."""
+
+    def retired(self) -> list[str]: ...
+
+    def retire(self) -> list[str]: ...
