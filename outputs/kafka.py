@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaException, Producer
 
 from dblog.core.model import ChangeEvent
 from dblog.errors import (
@@ -35,6 +35,13 @@ from dblog.errors import (
     RetryableOutputError,
 )
 from dblog.formats.base import Format, TableLookup, format_by_name, no_tables
+from dblog.outputs.kafka_client import (
+    ProducerErrors,
+    librdkafka_log,
+    new_producer,
+    partition_count,
+    probe,
+)
 from dblog.outputs.kafka_config import KafkaConfig, topic_name
 from dblog.outputs.kafka_delivery import Sender, Tracker
 from dblog.outputs.kafka_errors import classify, describe
@@ -52,8 +59,6 @@ from dblog.outputs.kafka_txn import (
 from dblog.spi import Checkpoint, Finding
 
 log = logging.getLogger("dblog.outputs.kafka")
-librdkafka_log = logging.getLogger("dblog.outputs.kafka.librdkafka")
-_ERROR_LOG_EVERY_S = 5.0
 _SLOW_COMMIT_S = 2.0
 
 
@@ -81,8 +86,7 @@ class KafkaOutput:
         self._tracker = Tracker(0, self._planner.table_of)
         self._sent = self._acked = 0
         self._poison: DblogError | None = None
-        self._fatal: KafkaError | None = None
-        self._errors_logged: dict[int, float] = {}
+        self._errors = ProducerErrors()
         self._stored: StoredCheckpoint | None = None
         self._pending: StoredCheckpoint | None = None
         self._in_txn = self._commit_pending = False
@@ -134,11 +138,14 @@ class KafkaOutput:
     def open(self, committed_seq: int) -> None:
         started = time.monotonic()
         self._teardown()
-        self._poison, self._fatal, self._stored = None, None, None
+        self._poison, self._stored = None, None
         self._in_txn = self._commit_pending = False
         self._partitions.clear()
-        producer = self._producer = self._new_producer()
-        self._probe(producer)
+        self._errors = ProducerErrors()
+        producer = self._producer = new_producer(self.config, self.pipeline, self._errors,
+                                                 self.name)
+        probe(producer, self.config, self._ever_connected)
+        self._ever_connected = True
         start = committed_seq
         if self.config.exactly_once:
             start = max(start, self._open_transactions(producer))
@@ -146,32 +153,6 @@ class KafkaOutput:
         self._tracker = Tracker(start, self._planner.table_of)
         log.info("Kafka output %s open (%s) in %.1f s, from seq %d", self.name,
                  self.config.delivery, time.monotonic() - started, start)
-
-    def _new_producer(self) -> Producer:
-        settings = self.config.producer_settings(self.pipeline, self._on_error, librdkafka_log)
-        try:
-            return Producer(settings)
-        except KafkaException as exc:
-            raise ConfigError(f"kafka output {self.name}: librdkafka refused the producer "
-                              f"settings: {describe(exc.args[0])}",
-                              fix="check the output's producer settings (librdkafka's "
-                                  "CONFIGURATION.md names every property)") from None
-
-    def _probe(self, producer: Producer) -> None:
-        """One bounded metadata request: an unreachable cluster fails here, once, clearly."""
-        timeout = self.config.connect_timeout_s
-        try:
-            producer.list_topics(timeout=timeout)
-        except KafkaException as exc:
-            message = (f"Kafka brokers {self.config.bootstrap_servers} unreachable: no answer "
-                       f"to a metadata request within {timeout:.0f} s "
-                       f"({describe(exc.args[0])})")
-            fix = ("check bootstrap_servers and that the brokers run and are reachable from "
-                   "this host (raise connect_timeout_s for a slow start)")
-            if self._ever_connected:  # an outage after a good start: retried with backoff
-                raise RetryableOutputError(message) from None
-            raise FatalOutputError(message, fix=fix) from None
-        self._ever_connected = True
 
     def _open_transactions(self, producer: Producer) -> int:
         """Fence earlier producers, read the checkpoint; the seq Kafka holds up to."""
@@ -244,8 +225,8 @@ class KafkaOutput:
     def _require(self) -> Producer:
         if self._poison is not None:
             raise self._poison
-        if self._fatal is not None:
-            self._poison = classify(self._fatal, "the Kafka producer failed")
+        if self._errors.fatal is not None:
+            self._poison = classify(self._errors.fatal, "the Kafka producer failed")
             raise self._poison
         if self._producer is None:
             raise FatalOutputError(f"output {self.name} is not open")
@@ -322,42 +303,13 @@ class KafkaOutput:
         self._tracker = Tracker(self._acked, self._planner.table_of)
         return self._acked
 
-    # -- metadata and producer errors --------------------------------------------------------
-
     def _partition_count(self, topic: str) -> int:
-        """Partitions of ``topic`` (asking creates it where the broker auto-creates)."""
         count = self._partitions.get(topic)
-        if count is not None:
-            return count
-        producer = self._producer
-        assert producer is not None
-        deadline = time.monotonic() + self.config.connect_timeout_s
-        while True:
-            try:
-                meta = producer.list_topics(topic, timeout=self.config.connect_timeout_s)
-            except KafkaException as exc:
-                raise classify(exc.args[0], f"metadata of {topic}") from exc
-            info = meta.topics.get(topic)
-            if info is not None and info.error is None and info.partitions:
-                self._partitions[topic] = count = len(info.partitions)
-                return count
-            if time.monotonic() > deadline:
-                error = None if info is None else info.error
-                raise RetryableOutputError(f"topic {topic} has no partitions yet"
-                                           f"{'' if error is None else ': ' + describe(error)}")
-            time.sleep(0.2)
-
-    def _on_error(self, error: KafkaError) -> None:
-        """librdkafka's global errors: fatal ones stop the output at its next call; others
-        (brokers down, reconnecting) are logged, at most every few seconds per kind."""
-        if error.fatal():
-            self._fatal = error
-            log.error("Kafka producer fatal error: %s", describe(error))
-            return
-        now = time.monotonic()
-        if now - self._errors_logged.get(error.code(), -1e9) >= _ERROR_LOG_EVERY_S:
-            self._errors_logged[error.code()] = now
-            log.warning("Kafka: %s (the producer keeps retrying)", describe(error))
+        if count is None:
+            assert self._producer is not None
+            count = self._partitions[topic] = partition_count(self._producer, topic,
+                                                              self.config.connect_timeout_s)
+        return count
 
     # -- stop ---------------------------------------------------------------------------------
 
@@ -392,7 +344,7 @@ class KafkaOutput:
 
     def check(self) -> list[Finding]:
         """``dblog check``: the brokers answer, and what the format needs is configured."""
-        producer = self._new_producer()
+        producer = new_producer(self.config, self.pipeline, ProducerErrors(), self.name)
         try:
             producer.list_topics(timeout=self.config.connect_timeout_s)
         except KafkaException as exc:
