@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from dblog.connectors.postgres.positions import Lsn
-from dblog.core.model import ChangeEvent, Op, TableId
+from dblog.core.model import ChangeEvent, ColumnInfo, Op, TableId, TableInfo
 from dblog.errors import ConfigError, FatalOutputError, LeadershipLost
 from dblog.harness.postgres import free_port
 from dblog.outputs.kafka import KafkaOutput
@@ -247,3 +247,40 @@ def test_an_oversized_record_names_its_table_and_key(kafka_bootstrap: str, where
     seqs = {m.seq for m in read_all(kafka_bootstrap, topics_with_prefix(kafka_bootstrap,
                                                                           prefix))}
     assert seqs == {1, 2, 3, 4}
+
+
+def test_debezium_json_records_through_kafka(kafka_bootstrap: str) -> None:
+    """A changelog format plans its own records (delete + tombstone, a key change as delete,
+    tombstone and create); the transport keys, partitions and heads them the same way."""
+    info = TableInfo(T, (ColumnInfo("id", "integer"), ColumnInfo("tag", "text")), ("id",))
+    prefix = _prefix()
+    output = _output(kafka_bootstrap, prefix, format="debezium-json")
+    output.set_tables(lambda table: info if table == T else None)
+    output.open(0)
+    events = [ChangeEvent(Op.INSERT, T, (1,), after={"id": 1, "tag": "a"}),
+              ChangeEvent(Op.UPDATE, T, (2,), before={"id": 1, "tag": "a"},
+                          after={"id": 2, "tag": "b"}, old_key=(1,)),
+              ChangeEvent(Op.DELETE, T, (2,), before={"id": 2, "tag": "b"}),
+              ChangeEvent(Op.TRUNCATE, T)]
+    for seq, event in enumerate(events, 1):
+        event.seq, event.position, event.txid = seq, Lsn(seq << 8), 700 + seq
+        event.commit_ts = "2024-05-01 12:00:00.428784+00"
+    output.write(events)
+    assert output.flush() == 4
+    output.close()
+    messages = read_all(kafka_bootstrap, [f"{prefix}.public.orders"])
+    got: dict[int, list[Any]] = {}
+    for m in sorted(messages, key=lambda m: (m.seq, m.partition, m.offset)):
+        value = None if m.value is None else orjson.loads(m.value)["op"]
+        got.setdefault(m.seq, []).append((m.key, value))
+        if m.key is not None:
+            assert m.partition == java_partition(m.key, 3)
+    k1, k2 = b'{"id":1}', b'{"id":2}'
+    assert got[1] == [(k1, "c")]
+    assert sorted(got[2], key=lambda r: r[0] or b"") == sorted([(k1, "d"), (k1, None),
+                                                                (k2, "c")],
+                                                               key=lambda r: r[0] or b"")
+    old_key_records = [r for r in got[2] if r[0] == k1]
+    assert old_key_records == [(k1, "d"), (k1, None)]  # in this order, in one partition
+    assert got[3] == [(k2, "d"), (k2, None)]
+    assert got[4] == [(None, "t")] * 3
