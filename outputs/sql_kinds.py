@@ -149,6 +149,12 @@ def sa_type(kind: ColumnKind, dialect: str, key: bool) -> TypeEngine[Any]:
     return Numeric(kind.precision, kind.scale, asdecimal=True)
 
 
+def needs_conversion(kind: ColumnKind) -> bool:
+    """Whether :func:`to_db` changes values of ``kind`` (integers, booleans, floats and text
+    go to the driver as they are)."""
+    return kind.kind in (Kind.JSON, Kind.DECIMAL, Kind.BIGUINT)
+
+
 def to_db(kind: ColumnKind, dialect: str, value: Any) -> Any:
     """A canonical value as the target column takes it."""
     if value is None:

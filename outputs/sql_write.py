@@ -21,9 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.mysql import insert as mysql_insert
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from dblog.core.model import Key, Row
@@ -31,43 +29,115 @@ from dblog.errors import FatalOutputError
 from dblog.replica import Guard, RowChange, TablePlan
 from dblog.replica.reduce import decoded
 
-from .sql_kinds import DELETED, GUARD_MAJOR, GUARD_MINOR, from_db, to_db
+from .sql_kinds import (
+    DELETED,
+    GUARD_MAJOR,
+    GUARD_MINOR,
+    from_db,
+    needs_conversion,
+    sa_type,
+    to_db,
+)
 from .sql_schema import ReplicaTable
 
+_DIALECTS = {"postgresql": postgresql.dialect(), "sqlite": sqlite.dialect(),
+             "mysql": mysql.dialect(), "mariadb": mysql.dialect(is_mariadb=True)}
 
-def upsert_statement(replica: ReplicaTable, dialect: str) -> sa.Insert:
-    """The guarded upsert of ``replica`` for ``executemany`` (see the module docstring)."""
-    table = replica.table
-    data = [c for c in replica.kinds if c not in replica.key]
-    stored = sa.tuple_(table.c[GUARD_MAJOR], table.c[GUARD_MINOR])
+
+def guard_condition(replica: ReplicaTable, dialect: str, new: str) -> str:
+    """``<newer>``: the stored guard is below the incoming one (``new``: how the statement
+    names the incoming row's columns, e.g. ``excluded.{}`` or ``VALUES({})``)."""
+    quote = _quote(dialect)
+    table = _qualified(replica, dialect)
+    return (f"({table}.{quote(GUARD_MAJOR)}, {table}.{quote(GUARD_MINOR)}) < "
+            f"({new.format(quote(GUARD_MAJOR))}, {new.format(quote(GUARD_MINOR))})")
+
+
+def upsert_sql(replica: ReplicaTable, dialect: str) -> str:
+    """The guarded upsert. PostgreSQL: every row in one statement, one array parameter per
+    column (``unnest``: a short statement the driver parses once); SQLite and MySQL: one row,
+    for ``executemany`` (which mysqlclient sends as multi-row statements)."""
+    quote = _quote(dialect)
+    columns = statement_columns(replica)
+    updated = [c for c in columns if c not in replica.key]  # guard columns last, minor first
+    head = f"INSERT INTO {_qualified(replica, dialect)} ({', '.join(map(quote, columns))}) "
+    if dialect == "postgresql":
+        arrays = ", ".join(f"%b::{_pg_type(replica, c)}[]" for c in columns)  # binary
+        head += f"SELECT * FROM unnest({arrays}) "
+    else:
+        mark = "?" if dialect == "sqlite" else "%s"
+        head += "VALUES (" + ", ".join([mark] * len(columns)) + ") "
     if dialect in ("postgresql", "sqlite"):
-        pg_or_lite = pg_insert(table) if dialect == "postgresql" else sqlite_insert(table)
-        excluded = pg_or_lite.excluded
-        newer = stored < sa.tuple_(excluded[GUARD_MAJOR], excluded[GUARD_MINOR])
-        sets = {c: excluded[c] for c in (*data, DELETED, GUARD_MINOR, GUARD_MAJOR)}
-        return pg_or_lite.on_conflict_do_update(index_elements=list(replica.key), set_=sets,
-                                                where=newer)
-    my = mysql_insert(table)
-    new = my.inserted
-    newer = stored < sa.tuple_(new[GUARD_MAJOR], new[GUARD_MINOR])
-    updates = [(c, sa.case((newer, new[c]), else_=table.c[c]))
-               for c in (*data, DELETED, GUARD_MINOR, GUARD_MAJOR)]
-    return my.on_duplicate_key_update(updates)
+        sets = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in updated)
+        return (head + f"ON CONFLICT ({', '.join(map(quote, replica.key))}) DO UPDATE SET "
+                f"{sets} WHERE {guard_condition(replica, dialect, 'excluded.{}')}")
+    newer = guard_condition(replica, dialect, "VALUES({})")
+    table = _qualified(replica, dialect)
+    sets = ", ".join(f"{quote(c)} = CASE WHEN {newer} THEN VALUES({quote(c)}) "
+                     f"ELSE {table}.{quote(c)} END" for c in updated)
+    return head + f"ON DUPLICATE KEY UPDATE {sets}"
 
 
-def params(replica: ReplicaTable, change: RowChange, row: Row | None,
-           dialect: str) -> dict[str, Any]:
-    """The statement parameters of one change (``row``: its decoded after-image)."""
+def _pg_type(replica: ReplicaTable, column: str) -> str:
+    if column in (GUARD_MAJOR, GUARD_MINOR):
+        return "bigint"
+    if column == DELETED:
+        return "boolean"
+    kind = replica.kinds[column]
+    return str(sa_type(kind, "postgresql", column in replica.key).compile(
+        dialect=_DIALECTS["postgresql"]))
+
+
+def statement_columns(replica: ReplicaTable) -> list[str]:
+    """The columns of the upsert's rows: the source's, then the deleted flag and the guard
+    (minor before major: on MySQL the major must be assigned last, see the docstring)."""
+    return [*replica.kinds, DELETED, GUARD_MINOR, GUARD_MAJOR]
+
+
+def _quote(dialect: str) -> Any:
+    return _DIALECTS[dialect].identifier_preparer.quote
+
+
+def _qualified(replica: ReplicaTable, dialect: str) -> str:
+    quote = _quote(dialect)
+    table = replica.table
+    return f"{quote(table.schema)}.{quote(table.name)}" if table.schema else quote(table.name)
+
+
+def row_tuples(replica: ReplicaTable, changes: Iterable[tuple[RowChange, Row | None]],
+               dialect: str) -> list[tuple[Any, ...]]:
+    """The upsert parameters of each change, in :func:`statement_columns` order. The key
+    columns hold the event's key: a MySQL key under a case-insensitive collation is normalised
+    there (docs/sources/mysql.md), and rows must meet on it."""
     kinds = replica.kinds
-    values: dict[str, Any] = dict.fromkeys(kinds) if row is None else \
-        {c: row.get(c) for c in kinds}
-    # the key columns hold the event's key: a MySQL key under a case-insensitive collation is
-    # normalised there (docs/sources/mysql.md), and rows must meet on it
-    values.update(zip(replica.key, change.key, strict=True))
-    out = {c: to_db(kinds[c], dialect, v) for c, v in values.items()}
-    out[GUARD_MAJOR], out[GUARD_MINOR] = change.guard
-    out[DELETED] = row is None
+    names = list(kinds)
+    key_at = [names.index(k) for k in replica.key]
+    convert = [(i, kind) for i, kind in enumerate(kinds.values()) if needs_conversion(kind)]
+    out = []
+    for change, row in changes:
+        values = [None] * len(names) if row is None else [row.get(c) for c in names]
+        for i, value in zip(key_at, change.key, strict=True):
+            values[i] = value
+        for i, kind in convert:
+            values[i] = to_db(kind, dialect, values[i])
+        values += (row is None, change.guard.minor, change.guard.major)
+        out.append(tuple(values))
     return out
+
+
+def execute_upserts(conn: Connection, replica: ReplicaTable, rows: list[tuple[Any, ...]],
+                    dialect: str, step: int = 10_000) -> None:
+    """PostgreSQL: one statement per ``step`` rows (column arrays); others: ``executemany``."""
+    if dialect != "postgresql":
+        conn.exec_driver_sql(upsert_sql(replica, dialect), rows)
+        return
+    sql = upsert_sql(replica, dialect)
+    driver = conn.connection.driver_connection  # psycopg's: binary arrays, no text escaping
+    assert driver is not None
+    with driver.cursor() as cursor:
+        for i in range(0, len(rows), step):
+            columns = tuple(list(column) for column in zip(*rows[i:i + step], strict=True))
+            cursor.execute(sql, columns)
 
 
 def unknown_columns(replica: ReplicaTable, rows: Iterable[Row | None]) -> dict[str, Any]:
@@ -105,9 +175,9 @@ def apply_table(conn: Connection, replica: ReplicaTable, plan: TablePlan,
     changes: Iterable[tuple[RowChange, Row | None]] = zip(plan.changes, rows, strict=True)
     if any(change.keep for change in plan.changes):
         changes = with_kept(conn, replica, list(changes), dialect)
-    batch = [params(replica, change, row, dialect) for change, row in changes]
+    batch = row_tuples(replica, changes, dialect)
     if batch:
-        conn.execute(upsert_statement(replica, dialect), batch)
+        execute_upserts(conn, replica, batch, dialect)
 
 
 def _stored(conn: Connection, replica: ReplicaTable, keys: set[Key]

@@ -17,20 +17,15 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.dialects.mysql import insert as mysql_insert
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from dblog.app.pipeline import Pipeline
 from dblog.core.model import ChangeEvent, ColumnInfo, Op, TableId, TableInfo
 from dblog.engine import EngineSettings
 from dblog.errors import FatalOutputError
 from dblog.outputs import delta_table, sql_write
-from dblog.outputs.sql_kinds import DELETED, GUARD_MAJOR, GUARD_MINOR
 from dblog.outputs.sql_schema import ReplicaTable
 from dblog.state import FileStateStore, state_from_json
 from tests.replica_targets import (
@@ -238,23 +233,15 @@ def test_replays_neither_resurrect_nor_regress(items_target: Target) -> None:
     assert items_target.stored(T) == {(1,): True, (2,): False, (3,): True, (4,): False}
 
 
-def _unguarded(replica: ReplicaTable, dialect: str) -> Any:
-    """The upsert without its guard (test-side): every change overwrites the stored row."""
-    columns = [*(c for c in replica.kinds if c not in replica.key), DELETED, GUARD_MINOR,
-               GUARD_MAJOR]
-    if dialect in ("postgresql", "sqlite"):
-        base = pg_insert(replica.table) if dialect == "postgresql" else \
-            sqlite_insert(replica.table)
-        return base.on_conflict_do_update(index_elements=list(replica.key),
-                                          set_={c: base.excluded[c] for c in columns})
-    mysql = mysql_insert(replica.table)
-    return mysql.on_duplicate_key_update([(c, mysql.inserted[c]) for c in columns])
+def _unguarded(replica: ReplicaTable, dialect: str, new: str) -> str:
+    """The guard condition removed (test-side): every change overwrites the stored row."""
+    return "1 = 1"
 
 
 def test_the_replay_test_fails_with_the_guard_removed(items_target: Target,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     if isinstance(items_target, SqlTarget):
-        monkeypatch.setattr(sql_write, "upsert_statement", _unguarded)
+        monkeypatch.setattr(sql_write, "guard_condition", _unguarded)
     else:
         assert isinstance(items_target, DeltaTarget)
         monkeypatch.setattr(delta_table, "NEWER", "1 = 1")
