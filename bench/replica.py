@@ -174,7 +174,8 @@ def raw_sql(url: str, info: Any, timed: list[dict[str, Any]],
     return len(timed) / seconds
 
 
-def delta_tables(rows: list[dict[str, Any]], kinds: dict[str, Any], batch: int) -> list[Any]:
+def delta_tables(rows: list[dict[str, Any]], kinds: dict[str, Any], batch: int,
+                 major: int = 1) -> list[Any]:
     """The rows as Arrow tables of the replica's schema, ``batch`` rows each."""
     import pyarrow as pa
 
@@ -186,7 +187,7 @@ def delta_tables(rows: list[dict[str, Any]], kinds: dict[str, Any], batch: int) 
     for i in range(0, len(rows), batch):
         part = rows[i:i + batch]
         columns = {c: [to_db(k, "delta", r.get(c)) for r in part] for c, k in kinds.items()}
-        columns.update(_dblog_major=[1] * len(part), _dblog_minor=[1] * len(part),
+        columns.update(_dblog_major=[major] * len(part), _dblog_minor=[1] * len(part),
                        _dblog_deleted=[False] * len(part))
         tables.append(pa.Table.from_pydict(columns, schema=schema))
     return tables
@@ -225,9 +226,7 @@ def merge_cost(workdir: Path, kinds: dict[str, Any], sizes: list[int],
         for layout, keys in (("clustered", range(size // 2, size // 2 + 1000)),
                              ("scattered", rng.sample(range(1, size + 1), 1000))):
             batch = delta_tables([{**template, "id": k, "i1": -1} for k in keys], kinds,
-                                 1000)[0]
-            batch = batch.set_column(batch.schema.get_field_index("_dblog_major"),
-                                     "_dblog_major", _int64s(2, batch.num_rows))
+                                 1000, major=2)[0]
             predicate = dtab.merge_predicate(kinds, ("id",), batch)
             started = time.monotonic()
             metrics = dtab.merge(table, batch, predicate, dtab.commit_properties("bench", 1, 0))
@@ -237,12 +236,6 @@ def merge_cost(workdir: Path, kinds: dict[str, Any], sizes: list[int],
                         "files_added": metrics.get("num_target_files_added")})
             progress(f"merge into {size} rows, {layout}: {out[-1]}")
     return out
-
-
-def _int64s(value: int, count: int) -> Any:
-    import pyarrow as pa
-
-    return pa.array([value] * count, pa.int64())
 
 
 def prepare_target(kind: str, target: str, workdir: Path, admin_dsn: str) -> tuple[str, Any]:

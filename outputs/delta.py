@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError
 from pydantic import BaseModel, ConfigDict
@@ -211,7 +212,8 @@ class DeltaOutput:
             changes = dtab.with_kept(table, replica.kinds, replica.key, changes, self.name)
         if not changes:
             return {}
-        source = dtab.batch(replica.kinds, replica.key, changes)
+        source = dtab.batch(replica.kinds, replica.key, changes,
+                            pa.schema(table.schema().to_arrow()))
         predicate = dtab.merge_predicate(replica.kinds, replica.key, source)
         replica.merges += 1
         return dtab.merge(table, source, predicate, props)

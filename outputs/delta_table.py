@@ -104,8 +104,12 @@ def claim(table: DeltaTable, pipeline: str, epoch: int) -> None:
 
 
 def batch(kinds: dict[str, ColumnKind], key: Sequence[str],
-          changes: Sequence[tuple[RowChange, Row | None]]) -> pa.Table:
-    """The MERGE source: one Arrow row per change (a tombstone: key, nulls, deleted)."""
+          changes: Sequence[tuple[RowChange, Row | None]],
+          target: pa.Schema | None = None) -> pa.Table:
+    """The MERGE source: one Arrow row per change (a tombstone: key, nulls, deleted). Fields
+    the ``target`` table has keep its exact type and nullability: delta-rs 1.6 MERGE with
+    schema evolution copies NULLs into unmatched rows of a column whose source field differs
+    from the table's only in nullability."""
     columns: dict[str, list[Any]] = {c: [] for c in kinds}
     majors, minors, deleted = [], [], []
     for change, row in changes:
@@ -116,6 +120,9 @@ def batch(kinds: dict[str, ColumnKind], key: Sequence[str],
         minors.append(change.guard.minor)
         deleted.append(row is None)
     schema = arrow_schema(kinds)
+    if target is not None:
+        schema = pa.schema([target.field(f.name) if f.name in target.names else f
+                            for f in schema])
     arrays = [pa.array(columns[c], schema.field(c).type) for c in kinds]
     arrays += [pa.array(majors, pa.int64()), pa.array(minors, pa.int64()),
                pa.array(deleted, pa.bool_())]
