@@ -80,18 +80,29 @@ def ensure_checkpoint_topic(settings: dict[str, Any], topic: str, timeout_s: flo
 
 
 def _check_compacted(admin: AdminClient, topic: str, timeout_s: float) -> None:
-    resource = ConfigResource("topic", topic)
-    try:
-        configs = admin.describe_configs([resource], request_timeout=timeout_s)
-        policy = configs[resource].result(timeout=timeout_s)["cleanup.policy"].value
-    except KafkaException as exc:
-        raise classify(exc.args[0], f"reading the settings of {topic}") from exc
-    if "compact" not in str(policy):
+    policy = _cleanup_policy(admin, topic, timeout_s)
+    if "compact" not in policy:
         raise FatalOutputError(
             f"the checkpoint topic {topic} has cleanup.policy={policy}: retention could "
             "delete the last checkpoint and a restart would repeat events",
             fix=f"kafka-configs --alter --entity-type topics --entity-name {topic} "
                 "--add-config cleanup.policy=compact (or set checkpoint_topic to a new name)")
+
+
+def _cleanup_policy(admin: AdminClient, topic: str, timeout_s: float) -> str:
+    """The topic's cleanup.policy; a topic just created may be unknown to the broker that
+    answers for a moment, so that answer is asked again until ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    resource = ConfigResource("topic", topic)
+    while True:
+        try:
+            configs = admin.describe_configs([resource], request_timeout=timeout_s)
+            return str(configs[resource].result(timeout=timeout_s)["cleanup.policy"].value)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() not in _NOT_YET or time.monotonic() > deadline:
+                raise classify(error, f"reading the settings of {topic}") from exc
+        time.sleep(0.2)
 
 
 def read_checkpoint(settings: dict[str, Any], topic: str, pipeline: str,
@@ -136,11 +147,25 @@ def _read_to_end(consumer: Consumer, topic: str, key: bytes, timeout_s: float) -
 
 
 def _high_watermark(consumer: Consumer, topic: str, timeout_s: float) -> int:
-    offsets = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)
-    if offsets is None:
-        raise RetryableOutputError(f"no answer about the checkpoint topic {topic} within "
-                                   f"{timeout_s:.0f} s")
-    return int(offsets[1])
+    """The end of the partition; asked again while a just-created topic is not known yet."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            offsets = consumer.get_watermark_offsets(TopicPartition(topic, 0),
+                                                     timeout=timeout_s)
+        except KafkaException as exc:
+            if exc.args[0].code() not in _NOT_YET or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+            continue
+        if offsets is None:
+            raise RetryableOutputError(f"no answer about the checkpoint topic {topic} within "
+                                       f"{timeout_s:.0f} s")
+        return int(offsets[1])
+
+
+_NOT_YET = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE,
+                      KafkaError.NOT_LEADER_FOR_PARTITION})
 
 
 def transactional_call(what: str, call: Any, *args: Any) -> None:

@@ -263,3 +263,50 @@ def test_a_broker_outage_pauses_capture_and_loses_nothing(
     assert any("flush" in r and "not delivered" in r for r in retries) or \
         any("flush" in r and "Kafka" in r for r in retries), retries[:5]
     check_kafka(kit, own_kafka.bootstrap, prefix, delivery)
+
+
+def test_an_oversized_row_stops_the_pipeline_naming_it_and_loses_nothing(
+        pg_dsn: str, kafka_bootstrap: str, tmp_path: Path) -> None:
+    """A row over the size limits stops the pipeline with its table and key named; the state
+    stays before it; with the limits raised, a restart delivers it and what followed."""
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
+        AdminClient,
+        ConfigResource,
+    )
+
+    from dblog.errors import FatalOutputError
+
+    kit = Kit("postgres", pg_dsn)
+    kit.execute("CREATE TABLE big (id int PRIMARY KEY, v text)")
+    prefix = f"b{uuid.uuid4().hex[:10]}"
+    settings = EngineSettings(flush_interval_s=0.2, heartbeat_interval_s=1)
+
+    def pipeline(**extra: Any) -> Pipeline:
+        config = {**kafka_config(kafka_bootstrap, prefix, "at-least-once"), **extra}
+        config.pop("type")
+        return Pipeline(kit.connector("big", "big"), [KafkaOutput(config)],
+                        state_path=str(tmp_path / "state.json"), settings=settings)
+
+    first = pipeline().start()
+    kit.execute("INSERT INTO big VALUES (1, 'a'), (2, 'b')")
+    wait_until(lambda: first.status()["committed_seq"] >= 4, 60, "the first rows")
+    kit.execute("INSERT INTO big VALUES (3, repeat('x', 2000000))")
+    kit.execute("INSERT INTO big VALUES (4, 'after')")
+    with pytest.raises(FatalOutputError) as raised:
+        first.join(120)
+    text = str(raised.value)
+    assert "public.big key [3]" in text and "size limit" in text, text
+    assert "message.max.bytes" in text
+    first.stop()
+    topic = f"{prefix}.public.big"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    resource = ConfigResource("topic", topic, set_config={"max.message.bytes": "8388608"})
+    admin.alter_configs([resource])[resource].result(30)
+    second = pipeline(producer={"message.max.bytes": 8_000_000}).start()
+    try:
+        _catch_up(second, kit)
+    finally:
+        second.stop()
+    rows = rebuild(read_all(kafka_bootstrap, [topic]))
+    assert rows == kit.source_rows(["public.big"])
+    assert len(rows) == 4
