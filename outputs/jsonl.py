@@ -32,6 +32,10 @@ class JsonlConfig(BaseModel):
     format_options: dict[str, Any] = Field(default_factory=dict)
     """The format's own settings (e.g. debezium-json's ``before_image``); see docs/formats.md."""
     fsync: bool = True
+    reset: bool = False
+    """Erase the file when the pipeline starts without a state (seq 0) while the file holds
+    events; otherwise that start is refused (the state was lost or removed: starting over
+    would cut the file to nothing). Set it for one start, then remove it."""
 
 
 def _line_seq(line: bytes) -> int | None:
@@ -76,6 +80,22 @@ def _find_cut(handle: BinaryIO, size: int, committed_seq: int) -> int:
             return 0
 
 
+def _identity(stat: os.stat_result) -> tuple[int, int]:
+    return stat.st_dev, stat.st_ino
+
+
+def _refuse_erasing(path: Path) -> None:
+    """A start without a state (seq 0) would cut a file that holds events to nothing."""
+    with open(path, "rb") as handle:
+        first = handle.readline(1 << 20)
+    if first.endswith(b"\n") and _line_seq(first[:-1]) is not None:
+        raise FatalOutputError(
+            f"output file {path} holds events, but the pipeline starts without a state: "
+            "starting would erase them (the state file was lost or removed)",
+            fix="restore the state; or, to start over, move the file away or set reset: true "
+                "on this output for one start (docs/configuration.md)")
+
+
 def _write_all(handle: BinaryIO, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -101,6 +121,7 @@ class JsonlOutput:
                                    fix=exc.fix) from None
         self.name = name or f"jsonl:{self.config.path}"
         self._handle: BinaryIO | None = None
+        self._identity: tuple[int, int] | None = None
         self._fence: Callable[[], bool] | None = None
         self._tables: TableLookup = no_tables
         self._written = -1
@@ -120,6 +141,13 @@ class JsonlOutput:
     def from_config(cls, raw: dict[str, Any]) -> JsonlOutput:
         return cls(JsonlConfig(**raw))
 
+    def fresh_start(self) -> None:
+        """The pipeline starts without a state (:class:`dblog.spi.FreshStartAware`): a file
+        that holds events would be cut to nothing, so the start is refused unless ``reset``."""
+        path = Path(self.config.path)
+        if self.config.path != "-" and not self.config.reset and path.exists():
+            _refuse_erasing(path)
+
     def open(self, committed_seq: int) -> None:
         if self.config.path == "-":
             self._handle = sys.stdout.buffer
@@ -130,6 +158,7 @@ class JsonlOutput:
                 truncate_after(path, committed_seq)
             # unbuffered: every write is the system call itself, made right after the fence
             self._handle = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in close()
+            self._identity = _identity(os.fstat(self._handle.fileno()))
         self._written = self._durable = committed_seq
 
     def write(self, events: Sequence[ChangeEvent]) -> None:
@@ -155,8 +184,28 @@ class JsonlOutput:
                 os.fsync(handle.fileno())
         except OSError as exc:
             raise FatalOutputError(f"flushing {self.config.path} failed: {exc}") from exc
+        self._check_same_file()
         self._durable = self._written
         return self._durable
+
+    def _check_same_file(self) -> None:
+        """Before anything is acknowledged: the path still names the file being written (it
+        was not removed, renamed or replaced meanwhile, which would lose what was written into
+        the old file once the state commits it)."""
+        if self._identity is None:
+            return
+        try:
+            now = _identity(os.stat(self.config.path))
+        except FileNotFoundError:
+            now = None
+        if now != self._identity:
+            what = "removed" if now is None else "replaced by another file"
+            raise FatalOutputError(
+                f"output file {self.config.path} was {what} while dblog wrote to it: events "
+                f"after seq {self._durable} went into the old file and are not committed",
+                fix="put the file back and restart (the output is cut back to the committed "
+                    "state), or, to start over, remove the state and set reset: true on the "
+                    "output for one start")
 
     def _require(self) -> BinaryIO:
         if self._handle is None:

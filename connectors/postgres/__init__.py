@@ -5,7 +5,9 @@ Install with ``pip install dblog[postgres]``. See docs/sources/postgres.md for t
 
 from __future__ import annotations
 
+import logging
 import re
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -17,7 +19,7 @@ from dblog.errors import DblogError, FatalSourceError
 from dblog.spi import Finding
 from dblog.spi.source import LoggedImages
 
-from . import catalog, retire, setup
+from . import catalog, checks, retire, setup
 from .chunks import PostgresChunkReader, PostgresWatermarkWriter, connect
 from .errors import classify
 from .replication import PostgresLogReader
@@ -25,6 +27,7 @@ from .wal2json import Wal2JsonDecoder
 
 __all__ = ["Finding", "PostgresConfig", "PostgresConnector"]
 
+log = logging.getLogger("dblog.connectors.postgres")
 _SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
 
 
@@ -40,10 +43,15 @@ class PostgresConfig(BaseModel):
                               description="captured tables as schema.table patterns; empty: all")
     key_columns: dict[str, list[str]] = Field(
         default_factory=dict, description="key to use for tables without a primary key")
+    inserts_only: list[str] = Field(
+        default_factory=list,
+        description="schema.table patterns of tables without a key (nor replica identity) to "
+                    "capture anyway: their events carry no key, their updates and deletes are "
+                    "lost; any other such table refuses the start")
     watermark_table: str = "dblog.watermark"
     plugin: str = "wal2json"
 
-    @field_validator("tables")
+    @field_validator("tables", "inserts_only")
     @classmethod
     def _tables(cls, value: list[str]) -> list[str]:
         for pattern in value:
@@ -90,8 +98,12 @@ class PostgresConnector:
         conn = self._conn()
         try:
             findings = setup.check_server(conn, self.config.plugin)
+            findings.extend(self._source_findings(conn))
             for table in catalog.list_tables(conn, self.config.tables, self.watermark_table):
-                findings.extend(_table_findings(conn, table, self.key_columns.get(table)))
+                found = _table_findings(conn, table, self.key_columns.get(table))
+                if self.config.inserts_only and catalog.matches(table, self.config.inserts_only):
+                    found = [replace(f, level="warning") for f in found]  # not dumpable: known
+                findings.extend(found)
         except psycopg.Error as exc:
             raise classify(exc, "checking the source") from exc
         return findings
@@ -115,6 +127,11 @@ class PostgresConnector:
         identity, toastable = found if found is not None else ("d", True)
         return LoggedImages.postgres(table, identity, toastable)
 
+    def _source_findings(self, conn: psycopg.Connection, at_start: bool = False
+                         ) -> list[Finding]:
+        return checks.source_findings(conn, self.config.tables, self.key_columns,
+                                      self.config.inserts_only, self.watermark_table, at_start)
+
     def prepare(self) -> None:
         conn = self._conn()
         try:
@@ -122,6 +139,7 @@ class PostgresConnector:
                       if f.level == "error"]
             if errors:
                 raise FatalSourceError(errors[0].message, fix=errors[0].fix)
+            _refuse_unsafe(self._source_findings(conn, at_start=True))
             setup.ensure_watermark_table(conn, self.watermark_table, self.instance)
             setup.ensure_slot(conn, self.config.slot, self.config.plugin)
         except psycopg.Error as exc:
@@ -168,6 +186,19 @@ def _replica_identity(conn: psycopg.Connection, table: TableId) -> tuple[str, bo
         "AND a.attnum > 0 AND NOT a.attisdropped AND a.attstorage IN ('x', 'e')) "
         "FROM pg_class c WHERE c.oid = %s::regclass", (catalog.regclass(table),)).fetchone()
     return None if row is None else (str(row[0]), bool(row[1]))
+
+
+def _refuse_unsafe(findings: list[Finding]) -> None:
+    """At start: a table captured without its updates and deletes, a key that is not one, or
+    missing rights stop the start (all counted, the first with its fix); warnings are logged."""
+    for finding in findings:
+        if finding.level == "warning":
+            log.warning("%s (fix: %s)", finding.message, finding.fix)
+    errors = [f for f in findings if f.level == "error"]
+    if errors:
+        others = f" (and {len(errors) - 1} more: dblog check lists them)" if len(errors) > 1 \
+            else ""
+        raise FatalSourceError(errors[0].message + others, fix=errors[0].fix)
 
 
 def _table_findings(conn: psycopg.Connection, table: TableId,

@@ -27,6 +27,17 @@ WHERE i.indrelid = %s::regclass AND i.indisprimary
 ORDER BY k.ord
 """
 
+_UNIQUE_INDEX_SQL = """
+SELECT array_agg(a.attname ORDER BY k.ord) FROM pg_index i
+JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE i.indrelid = %s::regclass AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
+GROUP BY i.indexrelid
+HAVING bool_and(a.attnotnull)
+ORDER BY count(*), i.indexrelid
+"""
+
+
 TABLES_SQL = """
 SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'dblog')
@@ -35,12 +46,13 @@ ORDER BY 1, 2
 """
 
 
-def _quote(name: str) -> str:
+def quote(name: str) -> str:
+    """An identifier quoted for SQL text (statements printed as fixes, regclass literals)."""
     return '"' + name.replace('"', '""') + '"'
 
 
 def regclass(table: TableId) -> str:
-    return f"{_quote(table.schema)}.{_quote(table.name)}"
+    return f"{quote(table.schema)}.{quote(table.name)}"
 
 
 def matches(table: TableId, patterns: Sequence[str]) -> bool:
@@ -85,6 +97,12 @@ def column_names(conn: psycopg.Connection, table: TableId) -> tuple[str, ...]:
         raise classify(exc, f"reading the columns of {table}") from exc
 
 
+def unique_key_columns(conn: psycopg.Connection, table: TableId) -> tuple[str, ...] | None:
+    """The columns of the smallest unique index on non-null columns (a key to suggest)."""
+    row = conn.execute(_UNIQUE_INDEX_SQL, (regclass(table),)).fetchone()
+    return None if row is None else tuple(row[0])
+
+
 def table_info(
     conn: psycopg.Connection, table: TableId, key_columns: Sequence[str] | None
 ) -> TableInfo:
@@ -92,8 +110,9 @@ def table_info(
         columns = conn.execute(COLUMNS_SQL, (regclass(table),)).fetchall()
         keys = tuple(key_columns) if key_columns else tuple(
             r[0] for r in conn.execute(PK_SQL, (regclass(table),)).fetchall())
-        estimate = conn.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = "
-                                "%s::regclass", (regclass(table),)).fetchone()
+        estimate = conn.execute(  # rows, and bytes per row on disk (TOAST included)
+            "SELECT reltuples::bigint, CASE WHEN reltuples > 0 THEN pg_table_size(oid) / "
+            "reltuples END FROM pg_class WHERE oid = %s::regclass", (regclass(table),)).fetchone()
     except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
         raise DumpRequestError(
             f"unknown table {table}", fix="check the table name (schema.table) and the search path"
@@ -102,14 +121,27 @@ def table_info(
         raise classify(exc, f"reading the columns of {table}") from exc
     names = [c[0] for c in columns]
     if not keys:
-        example = names[0] if names else "id"
         raise DumpRequestError(
             f"table {table} has no primary key, so it cannot be dumped in key chunks",
-            fix=f"add a primary key, or name a unique non-null key in source.key_columns "
-                f"(for example key_columns: {{\"{table}\": [\"{example}\"]}})",
-        )
+            fix=_key_fix(conn, table))
     unknown = [k for k in keys if k not in names]
     if unknown:
         raise DumpRequestError(f"key columns {unknown} are not columns of {table}")
+    extra = {} if not estimate or estimate[1] is None else {"row_bytes": float(estimate[1])}
     return TableInfo(table=table, columns=tuple(ColumnInfo(n, t) for n, t in columns),
-                     key_columns=keys, estimated_rows=max(0, int(estimate[0])) if estimate else 0)
+                     key_columns=keys, estimated_rows=max(0, int(estimate[0])) if estimate else 0,
+                     extra=extra)
+
+
+def _key_fix(conn: psycopg.Connection, table: TableId) -> str:
+    """What to do for a table without a key: name the columns of a unique index on non-null
+    columns in source.key_columns when there is one (never a column merely guessed)."""
+    try:
+        unique = unique_key_columns(conn, table)
+    except psycopg.Error:
+        unique = None
+    if unique is None:
+        return (f"add a primary key (ALTER TABLE {regclass(table)} ADD PRIMARY KEY (...)); no "
+                "unique index on non-null columns exists to name in source.key_columns")
+    return (f"add a primary key, or name its unique index's columns in source.key_columns: "
+            f"key_columns: {{\"{table}\": {list(unique)}}}")

@@ -15,6 +15,8 @@ from dblog.core.positions import Position
 from dblog.errors import FatalSourceError
 from dblog.spi import Finding
 
+from .catalog import quote as sql_ident
+from .catalog import regclass
 from .errors import classify
 
 
@@ -40,12 +42,51 @@ def check_server(conn: psycopg.Connection, plugin: str) -> list[Finding]:
     return findings
 
 
+def watermark_rights(conn: psycopg.Connection, table: TableId) -> list[Finding]:
+    """Whether this role can use the watermark table, or create it: USAGE on its schema and
+    SELECT, INSERT, UPDATE on it, or (when missing) CREATE on the database (which ``CREATE
+    SCHEMA IF NOT EXISTS`` checks even for an existing schema)."""
+    role, may_create = conn.execute(
+        "SELECT current_user, has_database_privilege(current_database(), 'CREATE')").fetchone() \
+        or ("?", False)
+    create_fix = (f"as an owner run: CREATE SCHEMA IF NOT EXISTS {sql_ident(table.schema)}; "
+                  f"CREATE TABLE {regclass(table)} (name text PRIMARY KEY, value text NOT NULL, "
+                  "updated_at timestamptz NOT NULL DEFAULT now()); " + _grants(table, role))
+    schema = conn.execute("SELECT has_schema_privilege(oid, 'USAGE') FROM pg_namespace "
+                          "WHERE nspname = %s", (table.schema,)).fetchone()
+    if schema is None or not schema[0]:
+        if schema is not None:
+            return [Finding("error", f"role {role} lacks USAGE on schema {table.schema} of the "
+                            f"watermark table {table}", "as an owner run: " + _grants(table, role))]
+        return [] if may_create else [Finding(
+            "error", f"the watermark table {table} does not exist and role {role} may not "
+                     "create it (no CREATE right on the database)", create_fix)]
+    exists = conn.execute("SELECT to_regclass(%s)", (regclass(table),)).fetchone()
+    if not exists or exists[0] is None:
+        return [] if may_create else [Finding(
+            "error", f"the watermark table {table} does not exist and role {role} may not "
+                     "create it (no CREATE right on the database)", create_fix)]
+    held = conn.execute("SELECT has_table_privilege(%s::regclass, 'SELECT'), "
+                        "has_table_privilege(%s::regclass, 'INSERT'), "
+                        "has_table_privilege(%s::regclass, 'UPDATE')",
+                        (regclass(table),) * 3).fetchone() or (False, False, False)
+    lacking = [p for p, ok in zip(("SELECT", "INSERT", "UPDATE"), held, strict=True) if not ok]
+    if lacking:
+        return [Finding("error", f"role {role} lacks {', '.join(lacking)} on the watermark "
+                        f"table {table}", "as an owner run: " + _grants(table, role))]
+    return []
+
+
+def _grants(table: TableId, role: str) -> str:
+    return (f"GRANT USAGE ON SCHEMA {sql_ident(table.schema)} TO {sql_ident(role)}; "
+            f"GRANT SELECT, INSERT, UPDATE ON {regclass(table)} TO {sql_ident(role)};")
+
+
 def ensure_watermark_table(conn: psycopg.Connection, table: TableId, instance: str) -> None:
     """Create the table unless it exists (a DBA may have created it for a role without CREATE
     rights), then this instance's row."""
     ident = sql.Identifier(table.schema, table.name)
-    exists = conn.execute("SELECT to_regclass(%s)", (f'"{table.schema}"."{table.name}"',)
-                          ).fetchone()
+    exists = conn.execute("SELECT to_regclass(%s)", (regclass(table),)).fetchone()
     statements = [] if exists and exists[0] else [
         sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(table.schema)),
         sql.SQL("CREATE TABLE IF NOT EXISTS {} (name text PRIMARY KEY, value text NOT NULL, "
@@ -104,5 +145,6 @@ def verify_resume(conn: psycopg.Connection, slot: str, position: Position | None
         raise FatalSourceError(
             f"slot {slot} is at {confirmed}, past the committed position {position}: another "
             "consumer advanced it or it was recreated, so changes in between are gone",
-            fix="remove the state to start over and request a full dump, or use the slot only "
-                "for this pipeline")
+            fix="remove the state to start over and request a full dump (a jsonl output that "
+                "holds events then needs reset: true for that start), or use the slot only for "
+                "this pipeline")

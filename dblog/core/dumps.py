@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from dblog.core.model import Key, TableId, TableInfo
 from dblog.core.requestcheck import check_request, shown
-from dblog.errors import DblogError, DumpRequestError
+from dblog.errors import ConfigError, DblogError, DumpRequestError
 
 if TYPE_CHECKING:  # the contract is only named in hints: the core imports no I/O layer
     from dblog.spi import ChunkReader
@@ -100,7 +100,7 @@ def keys_dump(
 def validated_dump(
     chunks: ChunkReader, table_info: Callable[[TableId], TableInfo],
     tables: object, table: object, keys: object,
-    on_skip: Callable[[TableId, DblogError], None] | None = None,
+    on_skip: Callable[[object, DblogError], None] | None = None,
     parse_keys: Callable[[TableInfo, Sequence[Sequence[object]]], Sequence[Key]] | None = None,
 ) -> Dump:
     """A dump for a request, checked completely before anything is stored: its shape
@@ -145,7 +145,7 @@ def _parsed_keys(
 
 
 def _dumpable(names: Sequence[TableId], table_info: Callable[[TableId], TableInfo],
-              on_skip: Callable[[TableId, DblogError], None] | None) -> list[TableId]:
+              on_skip: Callable[[object, DblogError], None] | None) -> list[TableId]:
     dumpable = []
     for name in names:
         try:
@@ -158,6 +158,41 @@ def _dumpable(names: Sequence[TableId], table_info: Callable[[TableId], TableInf
     if names and not dumpable:
         raise DumpRequestError("none of the captured tables can be dumped (see the log)")
     return dumpable
+
+
+def initial_dumps(
+    validate: Callable[[Sequence[str] | None], Dump],
+    requests: Sequence[Sequence[str] | None], skip_unavailable: bool,
+    on_skip: Callable[[object, DblogError], None],
+) -> list[Dump]:
+    """The dumps of ``initial_dumps``, each checked before anything runs or is stored: a
+    table that does not exist or cannot be dumped is a ConfigError (the start is refused),
+    or, with ``skip_unavailable``, left out with ``on_skip`` (a warning per table)."""
+    dumps = []
+    for index, tables in enumerate(requests):
+        try:
+            dumps.append(validate(tables))
+        except DumpRequestError as exc:
+            if not skip_unavailable or tables is None:
+                raise ConfigError(
+                    f"initial_dumps[{index}]: {exc.message}",
+                    fix="correct the table names (and source.tables), or set "
+                        "engine.initial_dumps_skip_unavailable: true to leave such tables "
+                        "out with a warning") from exc
+            kept = [t for t in tables if _available(validate, t, on_skip)]
+            if kept:
+                dumps.append(validate(kept))
+    return dumps
+
+
+def _available(validate: Callable[[Sequence[str] | None], Dump], table: str,
+               on_skip: Callable[[object, DblogError], None]) -> bool:
+    try:
+        validate([table])
+    except DumpRequestError as exc:
+        on_skip(table, exc)
+        return False
+    return True
 
 
 def parse_key(info: TableInfo, values: Sequence[object],

@@ -27,6 +27,7 @@ from dblog.spi import (
     CheckpointingOutput,
     Clock,
     FencedOutput,
+    FreshStartAware,
     Output,
     PipelineBound,
     StateStore,
@@ -90,6 +91,8 @@ class Delivery:
         for output in self.outputs:
             if isinstance(output, PipelineBound):
                 output.bind(self.pipeline, self.epoch)
+            if version is None and isinstance(output, FreshStartAware):
+                output.fresh_start()  # no state at all: an output holding events refuses
         self.sinks = [self._sink(output) for output in self.outputs]
         for sink in self.sinks:
             sink.open(state.seq)

@@ -26,6 +26,7 @@ from typing import Protocol
 
 from dblog.core import dumps as dumpops
 from dblog.core.acks import PipelineState, with_dump_state
+from dblog.core.chunkmemory import chunk_rows, row_bytes
 from dblog.core.dumps import ChunkPlan, Dump, DumpState
 from dblog.core.model import ChangeEvent, Op, TableId, TableInfo, Watermark
 from dblog.core.positions import Position
@@ -58,7 +59,8 @@ class Outlet(Protocol):
     def update_committed(self, change: Callable[[PipelineState], PipelineState]) -> None: ...
 
 
-def _log_skipped(table: TableId, error: DblogError) -> None:
+def log_skipped(table: object, error: DblogError) -> None:
+    """A table left out of a dump of every captured table (or of initial_dumps, when asked)."""
     log.warning("not dumping %s: %s", table, error.message)
 
 
@@ -86,6 +88,8 @@ class DumpScheduler:
         self.open: OpenChunk | None = None
         self.ahead: deque[ChunkJob] = deque()
         self.tables: dict[TableId, TableInfo] = {}
+        self.row_bytes: dict[TableId, float] = {}
+        """The mean encoded size of each table's rows, learned from its chunks."""
         self.next_chunk_at = 0.0
         self.jobs_this_turn = 0
 
@@ -175,7 +179,7 @@ class DumpScheduler:
         chunks = self.chunks
         parse_keys = chunks.parse_keys if isinstance(chunks, KeyListParser) else None
         return dumpops.validated_dump(chunks, self.table_info, tables, table, keys,
-                                      on_skip=_log_skipped, parse_keys=parse_keys)
+                                      on_skip=log_skipped, parse_keys=parse_keys)
 
     def accept(self, dump: Dump) -> None:
         """Queue a validated dump and make it durable at once."""
@@ -244,7 +248,8 @@ class DumpScheduler:
     def _submit(self, table: TableId, dump_id: str,
                 plan_for: Callable[[int], ChunkPlan | None], info: TableInfo) -> None:
         low, high = f"L-{uuid.uuid4().hex}", f"H-{uuid.uuid4().hex}"
-        limit = self.knobs.chunk_size
+        width = self.row_bytes.get(table, info.extra.get("row_bytes"))
+        limit = chunk_rows(self.knobs.chunk_size, width)  # bounded memory
         future = self.runner.submit(JobSpec(plan_for, info, low, high, limit))
         self.ahead.append(ChunkJob(table, dump_id, low, high, limit, future))
         self.jobs_this_turn += 1  # I4: inline, at most one chunk is read per loop turn
@@ -335,6 +340,9 @@ class DumpScheduler:
         except Exception as exc:
             self._fail_dump(job.dump_id, exc)
             return
+        width = row_bytes(chunk.rows)
+        if width is not None:
+            self.row_bytes[plan.table] = width
         self.open = OpenChunk(plan, window, len(chunk.rows), job.limit, job)
         if self.settings.chunk_worker:
             self._read_ahead()  # keep the source busy while this window waits for H

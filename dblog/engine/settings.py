@@ -54,6 +54,10 @@ class EngineSettings(BaseModel):
     initial_dumps: tuple[tuple[str, ...] | None, ...] = ()
     """Dumps requested on the very first start (no state yet); None: all captured tables. In
     YAML this is the top-level ``initial_dumps`` list."""
+    initial_dumps_skip_unavailable: bool = False
+    """An ``initial_dumps`` table that does not exist or cannot be dumped (no key) refuses the
+    start (nothing is stored, so a corrected config dumps everything); True leaves such tables
+    out, with a warning per table."""
 
 
 @dataclass

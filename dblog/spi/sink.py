@@ -75,6 +75,16 @@ class PipelineBound(Protocol):
 
 
 @runtime_checkable
+class FreshStartAware(Protocol):
+    """An output told when the pipeline starts without any stored state (its very first start,
+    or a state that was lost or removed), right before :meth:`Output.open` gets committed seq 0:
+    an output that holds events raises then (FatalOutputError with the fix) rather than cut
+    them away, unless its configuration asks for that."""
+
+    def fresh_start(self) -> None: ...
+
+
+@runtime_checkable
 class CheckpointingOutput(Protocol):
     """An output that commits a :class:`Checkpoint` in the same target transaction as its data
     (a Kafka transaction, a SQL transaction, a Delta commit), so a crash between its commit and
