@@ -27,7 +27,7 @@ import orjson
 import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from dblog.core.model import ChangeEvent, Key, Row, TableId, TableInfo
 from dblog.core.positions import decode_position
@@ -60,6 +60,9 @@ class DeltaConfig(BaseModel):
     """After a compaction, vacuum files unreferenced for this long; None: no vacuum."""
     tombstone_margin: int | None = None
     purge_interval_s: float = 600.0
+    commit_every: int = Field(50_000, ge=1)
+    """Commit on its own once this many events are buffered (the engine asks for a flush
+    only every flush_interval_s; meanwhile the output keeps writing instead of waiting)."""
 
 
 @dataclass
@@ -103,6 +106,7 @@ class DeltaOutput:
         self._replicas: dict[TableId, DeltaReplica] = {}
         self._ckpt: CheckpointTable | None = None
         self._pending: list[ChangeEvent] = []
+        self._retrying: Sequence[ChangeEvent] | None = None
         self._state = ApplyState()
         self._scheme: str | None = None
         self._checkpoint: Checkpoint | None = None
@@ -138,7 +142,7 @@ class DeltaOutput:
         self._state = ApplyState.restored(None, stored.barriers)
         self._checkpoint = None if stored.state is None else \
             Checkpoint(self.pipeline, stored.epoch, stored.state)
-        self._pending, self._replicas = [], {}
+        self._pending, self._replicas, self._retrying = [], {}, None
         self._durable = committed_seq
 
     def _table_folders(self) -> list[Path]:
@@ -146,9 +150,16 @@ class DeltaOutput:
                       if p.name != "_dblog_checkpoint" and (p / "_delta_log").is_dir())
 
     def write(self, events: Sequence[ChangeEvent]) -> None:
+        """Buffer ``events``; commit once ``commit_every`` are buffered. A retried call with
+        the same batch (after a failed commit) does not buffer it twice."""
         if self._ckpt is None:
             raise FatalOutputError(f"{self.name} is not open")
-        self._pending.extend(events)
+        if events is not self._retrying:
+            self._pending.extend(events)
+        self._retrying = events
+        if len(self._pending) >= self.config.commit_every:
+            self._commit(None)
+        self._retrying = None
 
     def flush(self) -> int:
         return self._commit(None)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy.engine import Engine
 
 from dblog.core.model import ChangeEvent, Key, Row, TableId, TableInfo
@@ -61,6 +61,9 @@ class SqlConfig(BaseModel):
     """Purge tombstones this far (in guard major units) below the committed position; None
     keeps them."""
     purge_interval_s: float = 600.0
+    commit_every: int = Field(20_000, ge=1)
+    """Commit on its own once this many events are buffered (the engine asks for a flush
+    only every flush_interval_s; meanwhile the output keeps writing instead of waiting)."""
 
     @field_validator("url")
     @classmethod
@@ -81,8 +84,19 @@ def make_engine(url: str) -> Engine:
     if "+" not in parsed.drivername:
         parsed = parsed.set(drivername=_DRIVERS[parsed.get_backend_name()])
     if parsed.get_backend_name() == "sqlite":
-        return sa.create_engine(parsed)
+        engine = sa.create_engine(parsed)
+        sa.event.listen(engine, "connect", _sqlite_wal)
+        return engine
     return sa.create_engine(parsed, pool_pre_ping=True, pool_size=2, max_overflow=2)
+
+
+def _sqlite_wal(dbapi_connection: Any, _record: Any) -> None:
+    """SQLite in WAL mode: readers of the replica do not block its writer (nor the other way
+    round), and a commit is one fsync of the log (``synchronous=FULL`` keeps it durable)."""
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.close()
 
 
 class SqlOutput:
@@ -105,6 +119,7 @@ class SqlOutput:
                                                  self.config.target_schema)
         self._replicas: dict[TableId, ReplicaTable] = {}
         self._pending: list[ChangeEvent] = []
+        self._retrying: Sequence[ChangeEvent] | None = None
         self._state = ApplyState()
         self._scheme: str | None = None
         self._checkpoint: Checkpoint | None = None
@@ -146,12 +161,19 @@ class SqlOutput:
         self._state = ApplyState.restored(None, stored.barriers)
         self._checkpoint = None if stored.state is None else \
             Checkpoint(self.pipeline, stored.epoch, stored.state)
-        self._pending, self._replicas = [], {}
+        self._pending, self._replicas, self._retrying = [], {}, None
         self._durable = committed_seq
 
     def write(self, events: Sequence[ChangeEvent]) -> None:
+        """Buffer ``events``; commit once ``commit_every`` are buffered. A retried call with
+        the same batch (after a failed commit) does not buffer it twice."""
         self._require()
-        self._pending.extend(events)
+        if events is not self._retrying:
+            self._pending.extend(events)
+        self._retrying = events
+        if len(self._pending) >= self.config.commit_every:
+            self._commit(None)
+        self._retrying = None
 
     def flush(self) -> int:
         return self._commit(None)

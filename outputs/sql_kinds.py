@@ -149,10 +149,11 @@ def sa_type(kind: ColumnKind, dialect: str, key: bool) -> TypeEngine[Any]:
     return Numeric(kind.precision, kind.scale, asdecimal=True)
 
 
-def needs_conversion(kind: ColumnKind) -> bool:
-    """Whether :func:`to_db` changes values of ``kind`` (integers, booleans, floats and text
-    go to the driver as they are)."""
-    return kind.kind in (Kind.JSON, Kind.DECIMAL, Kind.BIGUINT)
+def needs_conversion(kind: ColumnKind, dialect: str) -> bool:
+    """Whether a SQL target needs ``kind``'s canonical values converted (:func:`to_db`):
+    only JSON values (to text) and, on SQLite, integers beyond 64 bits (to text). Decimal
+    text is what PostgreSQL's COPY and MySQL's literals parse, exactly."""
+    return kind.kind is Kind.JSON or (kind.kind is Kind.BIGUINT and dialect == "sqlite")
 
 
 def to_db(kind: ColumnKind, dialect: str, value: Any) -> Any:

@@ -17,6 +17,7 @@ A tombstone is the same upsert with the key, NULL values and ``_dblog_deleted`` 
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -35,7 +36,6 @@ from .sql_kinds import (
     GUARD_MINOR,
     from_db,
     needs_conversion,
-    sa_type,
     to_db,
 )
 from .sql_schema import ReplicaTable
@@ -53,17 +53,17 @@ def guard_condition(replica: ReplicaTable, dialect: str, new: str) -> str:
             f"({new.format(quote(GUARD_MAJOR))}, {new.format(quote(GUARD_MINOR))})")
 
 
-def upsert_sql(replica: ReplicaTable, dialect: str) -> str:
-    """The guarded upsert. PostgreSQL: every row in one statement, one array parameter per
-    column (``unnest``: a short statement the driver parses once); SQLite and MySQL: one row,
-    for ``executemany`` (which mysqlclient sends as multi-row statements)."""
+def upsert_sql(replica: ReplicaTable, dialect: str, source: str | None = None) -> str:
+    """The guarded upsert. PostgreSQL: ``INSERT ... SELECT`` from the ``source`` table (the
+    rows staged there by COPY); SQLite and MySQL: one row, for ``executemany`` (which
+    mysqlclient sends as multi-row statements)."""
     quote = _quote(dialect)
     columns = statement_columns(replica)
     updated = [c for c in columns if c not in replica.key]  # guard columns last, minor first
-    head = f"INSERT INTO {_qualified(replica, dialect)} ({', '.join(map(quote, columns))}) "
-    if dialect == "postgresql":
-        arrays = ", ".join(f"%b::{_pg_type(replica, c)}[]" for c in columns)  # binary
-        head += f"SELECT * FROM unnest({arrays}) "
+    listed = ", ".join(map(quote, columns))
+    head = f"INSERT INTO {_qualified(replica, dialect)} ({listed}) "
+    if source is not None:
+        head += f"SELECT {listed} FROM {source} "
     else:
         mark = "?" if dialect == "sqlite" else "%s"
         head += "VALUES (" + ", ".join([mark] * len(columns)) + ") "
@@ -78,14 +78,15 @@ def upsert_sql(replica: ReplicaTable, dialect: str) -> str:
     return head + f"ON DUPLICATE KEY UPDATE {sets}"
 
 
-def _pg_type(replica: ReplicaTable, column: str) -> str:
-    if column in (GUARD_MAJOR, GUARD_MINOR):
-        return "bigint"
-    if column == DELETED:
-        return "boolean"
-    kind = replica.kinds[column]
-    return str(sa_type(kind, "postgresql", column in replica.key).compile(
-        dialect=_DIALECTS["postgresql"]))
+def _stage(replica: ReplicaTable) -> tuple[str, str]:
+    """A temporary table holding a plan's rows before the upsert (PostgreSQL), named after
+    the column list, so an added column gets a new one."""
+    quote = _quote("postgresql")
+    columns = statement_columns(replica)
+    name = quote(f"_dblog_stage_{zlib.crc32(repr((replica.table.name, columns)).encode()):x}")
+    return name, (f"CREATE TEMP TABLE IF NOT EXISTS {name} AS SELECT "
+                  f"{', '.join(map(quote, columns))} FROM {_qualified(replica, 'postgresql')} "
+                  "WITH NO DATA")
 
 
 def statement_columns(replica: ReplicaTable) -> list[str]:
@@ -112,7 +113,8 @@ def row_tuples(replica: ReplicaTable, changes: Iterable[tuple[RowChange, Row | N
     kinds = replica.kinds
     names = list(kinds)
     key_at = [names.index(k) for k in replica.key]
-    convert = [(i, kind) for i, kind in enumerate(kinds.values()) if needs_conversion(kind)]
+    convert = [(i, kind) for i, kind in enumerate(kinds.values())
+               if needs_conversion(kind, dialect)]
     out = []
     for change, row in changes:
         values = [None] * len(names) if row is None else [row.get(c) for c in names]
@@ -126,18 +128,23 @@ def row_tuples(replica: ReplicaTable, changes: Iterable[tuple[RowChange, Row | N
 
 
 def execute_upserts(conn: Connection, replica: ReplicaTable, rows: list[tuple[Any, ...]],
-                    dialect: str, step: int = 10_000) -> None:
-    """PostgreSQL: one statement per ``step`` rows (column arrays); others: ``executemany``."""
+                    dialect: str) -> None:
+    """PostgreSQL: COPY into a temporary table, then one ``INSERT ... SELECT``; others:
+    ``executemany``."""
     if dialect != "postgresql":
         conn.exec_driver_sql(upsert_sql(replica, dialect), rows)
         return
-    sql = upsert_sql(replica, dialect)
-    driver = conn.connection.driver_connection  # psycopg's: binary arrays, no text escaping
+    stage, create = _stage(replica)
+    columns = ", ".join(map(_quote(dialect), statement_columns(replica)))
+    driver = conn.connection.driver_connection  # psycopg's: its COPY formats rows in C
     assert driver is not None
     with driver.cursor() as cursor:
-        for i in range(0, len(rows), step):
-            columns = tuple(list(column) for column in zip(*rows[i:i + step], strict=True))
-            cursor.execute(sql, columns)
+        cursor.execute(create)
+        cursor.execute(f"TRUNCATE {stage}")
+        with cursor.copy(f"COPY {stage} ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        cursor.execute(upsert_sql(replica, dialect, stage))
 
 
 def unknown_columns(replica: ReplicaTable, rows: Iterable[Row | None]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from dblog.core.model import ChangeEvent, ColumnInfo, Key, Op, Row, TableId, TableInfo
-from dblog.errors import FatalOutputError, LeadershipLost
+from dblog.errors import FatalOutputError, LeadershipLost, RetryableOutputError
 from dblog.outputs.sql import SqlOutput
 from dblog.spi import (
     Checkable,
@@ -314,3 +314,28 @@ def test_sql_check_names_the_unique_constraint_rule(sql_target: SqlTarget) -> No
     restarted.write(_numbered([_change(Op.INSERT, 2, 2, 2)]))
     with pytest.raises(FatalOutputError, match="a_v"):
         restarted.flush()
+
+
+def test_a_write_retried_after_a_failed_commit_is_buffered_once(
+        target: Target, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``commit_every`` makes write commit; when that commit fails the engine retries the same
+    batch, which must not be buffered twice (a PostgreSQL BEGIN seen twice is an error)."""
+    events = stream("pg", 9, 20)
+    output = target.new_output(commit_every=5)
+    output.open(0)
+    real, failed = output._commit, []
+
+    def failing(checkpoint: Checkpoint | None) -> int:
+        if not failed:
+            failed.append(True)
+            raise RetryableOutputError("the target went away")
+        return real(checkpoint)
+
+    monkeypatch.setattr(output, "_commit", failing)
+    batch = events[:8]
+    with pytest.raises(RetryableOutputError):
+        output.write(batch)
+    output.write(batch)  # the retry
+    output.write(events[8:])
+    assert output.flush() == len(events)
+    assert live(target) == reference(events)[-1]
