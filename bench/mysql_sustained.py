@@ -9,7 +9,8 @@ The writers (separate processes, each paced to its share of ``--rate``) update r
 the dumped table. A dump of the whole table is requested when the load starts. Every 0.1 s the
 source's GTID sequence is sampled; dblog's lag at a moment is how long ago the source was at
 the position dblog has committed then. Prints ONE JSON line: the write rate reached, lag
-p50/p99/max over the load, and when the dump finished (seconds from its request). Without
+p50/p99/max over the load (and the largest lag after it, while the dump finishes), and when
+the dump finished (seconds from its request). Without
 ``--dsn`` a throwaway MariaDB is started.
 """
 
@@ -67,7 +68,7 @@ class LagSampler(threading.Thread):
         super().__init__(daemon=True)
         self.conn, self.pipeline = _connect(dsn), pipeline
         self.source: list[tuple[int, float]] = []  # (seq, first time seen), seq increasing
-        self.lags: list[float] = []
+        self.lags: list[tuple[float, float]] = []  # (when, lag)
         self.stop = threading.Event()
 
     def _source_time(self, seq: int) -> float | None:
@@ -82,7 +83,7 @@ class LagSampler(threading.Thread):
                 self.source.append((seq, now))
             committed = _seq(self.pipeline.status()["committed_position"])
             seen = self._source_time(committed)
-            self.lags.append(0.0 if seen is None else now - seen)
+            self.lags.append((now, 0.0 if seen is None else now - seen))
         self.conn.close()
 
 
@@ -114,7 +115,8 @@ def run(dsn: str, rate: float, seconds: float, rows: int, writers: int) -> dict[
             if time.monotonic() - began > seconds + 600:
                 break
             time.sleep(0.05)
-        load_lags = list(sampler.lags)
+        load_lags = [lag for when, lag in sampler.lags if when <= began + seconds]
+        after_lags = [lag for when, lag in sampler.lags if when > began + seconds]
     finally:
         sampler.stop.set()
         for proc in procs:
@@ -128,6 +130,7 @@ def run(dsn: str, rate: float, seconds: float, rows: int, writers: int) -> dict[
             "lag_p99_s": round(_percentile(load_lags, 0.99), 3),
             "lag_max_s": round(max(load_lags, default=0.0), 3),
             "lag_mean_s": round(statistics.mean(load_lags), 3) if load_lags else None,
+            "lag_max_after_load_s": round(max(after_lags, default=0.0), 3),
             "cpu_count": os.cpu_count(), "load_average": os.getloadavg()}
 
 
