@@ -106,27 +106,39 @@ def claim(table: DeltaTable, pipeline: str, epoch: int) -> None:
 def batch(kinds: dict[str, ColumnKind], key: Sequence[str],
           changes: Sequence[tuple[RowChange, Row | None]],
           target: pa.Schema | None = None) -> pa.Table:
-    """The MERGE source: one Arrow row per change (a tombstone: key, nulls, deleted). Fields
-    the ``target`` table has keep its exact type and nullability: delta-rs 1.6 MERGE with
-    schema evolution copies NULLs into unmatched rows of a column whose source field differs
-    from the table's only in nullability."""
-    columns: dict[str, list[Any]] = {c: [] for c in kinds}
-    majors, minors, deleted = [], [], []
-    for change, row in changes:
-        values = {**(row or {}), **dict(zip(key, change.key, strict=True))}  # as sql_write
-        for column, kind in kinds.items():
-            columns[column].append(to_db(kind, "delta", values.get(column)))
-        majors.append(change.guard.major)
-        minors.append(change.guard.minor)
-        deleted.append(row is None)
+    """The MERGE source: one Arrow row per change (a tombstone: key, nulls, deleted), built
+    column by column. Fields the ``target`` table has keep its exact type and nullability:
+    delta-rs 1.6 MERGE with schema evolution copies NULLs into unmatched rows of a column
+    whose source field differs from the table's only in nullability."""
     schema = arrow_schema(kinds)
     if target is not None:
         schema = pa.schema([target.field(f.name) if f.name in target.names else f
                             for f in schema])
-    arrays = [pa.array(columns[c], schema.field(c).type) for c in kinds]
-    arrays += [pa.array(majors, pa.int64()), pa.array(minors, pa.int64()),
-               pa.array(deleted, pa.bool_())]
+    rows = [row for _, row in changes]
+    arrays = []
+    for column, kind in kinds.items():
+        if column in key:  # the event's key (as sql_write: normalised MySQL keys)
+            index = key.index(column)
+            values = [change.key[index] for change, _ in changes]
+        else:
+            values = [None if row is None else row.get(column) for row in rows]
+        arrays.append(column_array(kind, values, schema.field(column).type))
+    arrays += [pa.array([c.guard.major for c, _ in changes], pa.int64()),
+               pa.array([c.guard.minor for c, _ in changes], pa.int64()),
+               pa.array([row is None for row in rows], pa.bool_())]
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def column_array(kind: ColumnKind, values: list[Any], arrow: pa.DataType) -> pa.Array:
+    """Canonical values as an Arrow array of the column's type; decimals (canonical text) and
+    big unsigned integers are cast by Arrow, not converted value by value."""
+    if kind.kind is Kind.DECIMAL and pa.types.is_decimal(arrow):
+        return pa.array(values, pa.string()).cast(arrow)
+    if kind.kind is Kind.BIGUINT:
+        return pa.array(values, pa.uint64()).cast(arrow)
+    if kind.kind is Kind.JSON:
+        values = [to_db(kind, "delta", v) for v in values]
+    return pa.array(values, arrow)
 
 
 def _quote(column: str) -> str:
