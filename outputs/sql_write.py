@@ -40,8 +40,11 @@ from .sql_kinds import (
 )
 from .sql_schema import ReplicaTable
 
-_DIALECTS = {"postgresql": postgresql.dialect(), "sqlite": sqlite.dialect(),
-             "mysql": mysql.dialect(), "mariadb": mysql.dialect(is_mariadb=True)}
+_DIALECTS: dict[str, sa.Dialect] = {
+    "postgresql": postgresql.psycopg.dialect(),  # type: ignore[no-untyped-call]
+    "sqlite": sqlite.pysqlite.dialect(),
+    "mysql": mysql.mysqldb.dialect(), "mariadb": mysql.mysqldb.dialect()}
+"""Compile-time dialects: identifier quoting and type DDL without a connection."""
 
 
 def guard_condition(replica: ReplicaTable, dialect: str, new: str) -> str:
@@ -117,7 +120,7 @@ def row_tuples(replica: ReplicaTable, changes: Iterable[tuple[RowChange, Row | N
                if needs_conversion(kind, dialect)]
     out = []
     for change, row in changes:
-        values = [None] * len(names) if row is None else [row.get(c) for c in names]
+        values: list[Any] = [None] * len(names) if row is None else [row.get(c) for c in names]
         for i, value in zip(key_at, change.key, strict=True):
             values[i] = value
         for i, kind in convert:

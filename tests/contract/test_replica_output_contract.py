@@ -323,7 +323,8 @@ def test_a_write_retried_after_a_failed_commit_is_buffered_once(
     events = stream("pg", 9, 20)
     output = target.new_output(commit_every=5)
     output.open(0)
-    real, failed = output._commit, []
+    real = output._commit
+    failed: list[bool] = []
 
     def failing(checkpoint: Checkpoint | None) -> int:
         if not failed:
