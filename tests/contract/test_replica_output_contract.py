@@ -340,3 +340,32 @@ def test_a_write_retried_after_a_failed_commit_is_buffered_once(
     output.write(events[8:])
     assert output.flush() == len(events)
     assert live(target) == reference(events)[-1]
+
+
+@pytest.fixture()
+def delta_target(tmp_path: Path, infos: dict[TableId, TableInfo]) -> Iterator[DeltaTarget]:
+    target = DeltaTarget(tmp_path / "delta", infos.get)
+    yield target
+    target.close()
+
+
+def test_delta_refuses_a_commit_prepared_before_the_successors_claim(
+        delta_target: DeltaTarget, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race the epoch check cannot close: a deposed leader that checked the epoch before
+    its successor claimed the tables. Its commit is refused by the table itself (a conflict
+    with the claim's metadata change), here with the deposed leader's own check removed."""
+    from dblog.outputs import delta_table
+
+    events = stream("pg", 12, 20)
+    half = boundaries(events)[len(boundaries(events)) // 2]
+    old = delta_target.new_output(epoch=1)
+    old.open(0)
+    old.write(events[:half])
+    old.flush()
+    successor = delta_target.new_output(epoch=2)
+    successor.open(half)  # claims every table: a metadata commit under epoch 2
+    monkeypatch.setattr(delta_table, "check_epoch", lambda *args: None)  # its snapshots stay
+    old.write(events[half:])
+    with pytest.raises(RetryableOutputError, match=r"(?i)metadata changed|concurrent"):
+        old.flush()
+    assert live(delta_target) == reference(events)[half]
