@@ -8,7 +8,8 @@ loop of the same driver writing the same rows, in the same run.
 (``bench/run.py`` delegates here; ``python bench/replica.py ...`` works too.) Prints ONE JSON
 line on stdout, progress on stderr:
 
-* dump: dblog dumps the N-row table of bench/run.py into the replica (rows/s until everything
+* dump: dblog dumps the N-row table of bench/run.py into the replica (a PostgreSQL or MariaDB
+  target runs on a throwaway server of its own; rows/s until everything
   is committed), against the raw loop writing the same rows (read once from the source into
   memory, canonical text for numeric and timestamps): ``executemany`` of a plain upsert
   (``ON CONFLICT``/``ON DUPLICATE KEY``, no guard) through the target's DBAPI driver, 1,000 rows
@@ -238,21 +239,24 @@ def merge_cost(workdir: Path, kinds: dict[str, Any], sizes: list[int],
     return out
 
 
-def prepare_target(kind: str, target: str, workdir: Path, admin_dsn: str) -> tuple[str, Any]:
-    """The replica's URL (or folder) and the server to stop afterwards (None: none)."""
+def prepare_target(kind: str, target: str, workdir: Path) -> tuple[str, Any]:
+    """The replica's URL (or folder) and the server to stop afterwards (None: none): SQLite
+    and Delta in the work folder, PostgreSQL and MariaDB on throwaway servers of their own."""
+    import psycopg
+
     if kind == "delta":
         return str(workdir / "delta"), None
     if target == "sqlite":
         return f"sqlite:///{workdir / 'replica.db'}", None
-    if target == "postgres":
-        import psycopg
+    if target == "postgres":  # a server of its own: replica writes would add to the WAL that
+        from dblog.harness.postgres import start_postgres  # the source's slot reads through
 
-        with psycopg.connect(admin_dsn, autocommit=True) as conn:
-            conn.execute("DROP DATABASE IF EXISTS bench_replica")
+        server = start_postgres()
+        with psycopg.connect(server.dsn(), autocommit=True) as conn:
             conn.execute("CREATE DATABASE bench_replica")
-        parts = dict(p.split("=", 1) for p in admin_dsn.split())
+        parts = dict(p.split("=", 1) for p in server.dsn().split())
         return (f"postgresql+psycopg://{parts.get('user', 'postgres')}@{parts['host']}:"
-                f"{parts['port']}/bench_replica"), None
+                f"{parts['port']}/bench_replica"), server
     from dblog.harness.mariadb import start_mariadb
 
     server = start_mariadb()
@@ -271,7 +275,7 @@ def measure(args: argparse.Namespace, dsn: str, workdir: Path) -> dict[str, Any]
         progress(f"loading {args.rows} rows")
         load_table(conn, args.rows)
     rows = source_rows(dsn)
-    url, server = prepare_target(args.output, args.target, workdir, dsn)
+    url, server = prepare_target(args.output, args.target, workdir)
     try:
         output, reader = make_output(args.output, args.target, url, dsn)
         progress(f"dblog dump into {output.name}")

@@ -17,6 +17,7 @@ A tombstone is the same upsert with the key, NULL values and ``_dblog_deleted`` 
 
 from __future__ import annotations
 
+import sqlite3
 import zlib
 from collections.abc import Iterable
 from typing import Any
@@ -45,6 +46,8 @@ _DIALECTS: dict[str, sa.Dialect] = {
     "sqlite": sqlite.pysqlite.dialect(),
     "mysql": mysql.mysqldb.dialect(), "mariadb": mysql.mysqldb.dialect()}
 """Compile-time dialects: identifier quoting and type DDL without a connection."""
+_SQLITE_VARIABLES = 32_766 if sqlite3.sqlite_version_info >= (3, 32) else 999
+"""SQLite's default limit of parameters per statement."""
 
 
 def guard_condition(replica: ReplicaTable, dialect: str, new: str) -> str:
@@ -56,10 +59,11 @@ def guard_condition(replica: ReplicaTable, dialect: str, new: str) -> str:
             f"({new.format(quote(GUARD_MAJOR))}, {new.format(quote(GUARD_MINOR))})")
 
 
-def upsert_sql(replica: ReplicaTable, dialect: str, source: str | None = None) -> str:
+def upsert_sql(replica: ReplicaTable, dialect: str, source: str | None = None,
+               rows: int = 1) -> str:
     """The guarded upsert. PostgreSQL: ``INSERT ... SELECT`` from the ``source`` table (the
-    rows staged there by COPY); SQLite and MySQL: one row, for ``executemany`` (which
-    mysqlclient sends as multi-row statements)."""
+    rows staged there by COPY); SQLite: ``rows`` rows per statement; MySQL: one row, for
+    ``executemany`` (which mysqlclient sends as multi-row statements)."""
     quote = _quote(dialect)
     columns = statement_columns(replica)
     updated = [c for c in columns if c not in replica.key]  # guard columns last, minor first
@@ -69,7 +73,8 @@ def upsert_sql(replica: ReplicaTable, dialect: str, source: str | None = None) -
         head += f"SELECT {listed} FROM {source} "
     else:
         mark = "?" if dialect == "sqlite" else "%s"
-        head += "VALUES (" + ", ".join([mark] * len(columns)) + ") "
+        group = "(" + ", ".join([mark] * len(columns)) + ")"
+        head += "VALUES " + ", ".join([group] * rows) + " "
     if dialect in ("postgresql", "sqlite"):
         sets = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in updated)
         return (head + f"ON CONFLICT ({', '.join(map(quote, replica.key))}) DO UPDATE SET "
@@ -132,8 +137,13 @@ def row_tuples(replica: ReplicaTable, changes: Iterable[tuple[RowChange, Row | N
 
 def execute_upserts(conn: Connection, replica: ReplicaTable, rows: list[tuple[Any, ...]],
                     dialect: str) -> None:
-    """PostgreSQL: COPY into a temporary table, then one ``INSERT ... SELECT``; others:
-    ``executemany``."""
+    """PostgreSQL: COPY into a temporary table, then one ``INSERT ... SELECT``; SQLite:
+    multi-row statements; MySQL: ``executemany``. Few driver calls per plan: each one lets
+    the engine's threads take the interpreter lock, and with the engine's short switch
+    interval a call per row (SQLite's executemany) waited for it on every row."""
+    if dialect == "sqlite":
+        _sqlite_upserts(conn, replica, rows)
+        return
     if dialect != "postgresql":
         conn.exec_driver_sql(upsert_sql(replica, dialect), rows)
         return
@@ -148,6 +158,16 @@ def execute_upserts(conn: Connection, replica: ReplicaTable, rows: list[tuple[An
             for row in rows:
                 copy.write_row(row)
         cursor.execute(upsert_sql(replica, dialect, stage))
+
+
+def _sqlite_upserts(conn: Connection, replica: ReplicaTable,
+                    rows: list[tuple[Any, ...]]) -> None:
+    step = max(1, _SQLITE_VARIABLES // len(statement_columns(replica)))
+    full = upsert_sql(replica, "sqlite", rows=step) if len(rows) >= step else ""
+    for i in range(0, len(rows), step):
+        part = rows[i:i + step]
+        sql = full if len(part) == step else upsert_sql(replica, "sqlite", rows=len(part))
+        conn.exec_driver_sql(sql, tuple(value for row in part for value in row))
 
 
 def unknown_columns(replica: ReplicaTable, rows: Iterable[Row | None]) -> dict[str, Any]:
