@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -73,12 +74,13 @@ def main() -> int:
 
         server = start_mariadb()
         options.dsn = server.dsn()
+    workdir = Path(tempfile.mkdtemp(prefix="dblog-bl-"))
     try:
-        result = measure(options.dsn, options.rows, Path(tempfile.mkdtemp(prefix="dblog-bl-")),
-                         options.timeout)
+        result = measure(options.dsn, options.rows, workdir, options.timeout)
     finally:
         if server is not None:
             server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps(result), flush=True)
     return 0
 

@@ -16,6 +16,7 @@ import argparse
 import cProfile
 import json
 import pstats
+import shutil
 import sys
 import tempfile
 import time
@@ -103,7 +104,10 @@ def main() -> int:
                 "workdir": tempfile.mkdtemp(prefix="dblog-profile-"), "timeout_s": 900,
                 "start": f"mariadb-gtid:{start}", "rows": options.rows,
                 "expected_seq": options.rows + 2 * transactions}
-        result = profiled_stream(args, Path(options.out))
+        try:
+            result = profiled_stream(args, Path(options.out))
+        finally:
+            shutil.rmtree(args["workdir"], ignore_errors=True)
     finally:
         if server is not None:
             server.stop()

@@ -8,9 +8,10 @@ autocommit transactions while dblog streams and dumps a large table.
 The writers (separate processes, each paced to its share of ``--rate``) update random rows of
 the dumped table. A dump of the whole table is requested when the load starts. Every 0.1 s the
 source's GTID sequence is sampled; dblog's lag at a moment is how long ago the source was at
-the position dblog has committed then. Prints ONE JSON line: the write rate reached, lag
-p50/p99/max over the load (and the largest lag after it, while the dump finishes), and when
-the dump finished (seconds from its request). Without
+the position dblog has committed then (committed: flushed by every output, every
+``flush_interval_s``, 1 s by default, so the lag has a floor of up to that). Prints ONE JSON
+line: the write rate reached, lag p50/p99/max over the load (and the largest lag after it,
+while the dump finishes), and when the dump finished (seconds from its request). Without
 ``--dsn`` a throwaway MariaDB is started.
 """
 
@@ -21,6 +22,7 @@ import bisect
 import json
 import multiprocessing
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -122,6 +124,7 @@ def run(dsn: str, rate: float, seconds: float, rows: int, writers: int) -> dict[
         for proc in procs:
             proc.join(30)
         pipeline.stop()
+        shutil.rmtree(work, ignore_errors=True)
     return {"db": "mariadb", "mode": "sustained load", "target_tx_per_s": rate,
             "reached_tx_per_s": round(done.value / seconds, 1), "seconds": seconds,
             "dump_rows": rows, "dump_done_s": None if dump_done is None else round(dump_done, 2),
