@@ -17,10 +17,14 @@
             └── LeadershipLost the instance lost leadership and stopped emitting
 
 Driver errors are classified once, in each adapter (``connectors/*``, ``outputs/*``), into
-the retryable or fatal branch; the core only looks at :attr:`DblogError.retryable`.
+the retryable or fatal branch; the core only looks at :attr:`DblogError.retryable`. Every
+message and fix passes :func:`dblog.runtime.redact.redact` when the error is built, so no
+password reaches a message, a log line or the state through an error.
 """
 
 from __future__ import annotations
+
+from dblog.runtime.redact import redact
 
 
 class DblogError(Exception):
@@ -29,6 +33,9 @@ class DblogError(Exception):
     retryable: bool = False
 
     def __init__(self, message: str, *, fix: str | None = None) -> None:
+        # masked where it is raised: a driver's message may quote a connection string
+        message = redact(str(message))
+        fix = None if fix is None else redact(str(fix))
         self.message = message
         self.fix = fix
         super().__init__(f"{message}\n  fix: {fix}" if fix else message)

@@ -11,17 +11,19 @@ from dataclasses import replace
 from typing import Any
 
 import psycopg
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from psycopg.conninfo import conninfo_to_dict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dblog.core.model import TableId
 from dblog.core.positions import Position
-from dblog.errors import DblogError, FatalSourceError
+from dblog.errors import ConfigError, DblogError, FatalSourceError
+from dblog.runtime.redact import RedactedRepr, register_dsn
 from dblog.spi import Finding
 from dblog.spi.source import LoggedImages
 
 from . import catalog, checks, retire, setup
 from .chunks import PostgresChunkReader, PostgresWatermarkWriter, connect
-from .errors import classify
+from .errors import DSN_FIX, classify
 from .replication import PostgresLogReader
 from .wal2json import Wal2JsonDecoder
 
@@ -31,7 +33,7 @@ log = logging.getLogger("dblog.connectors.postgres")
 _SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
 
 
-class PostgresConfig(BaseModel):
+class PostgresConfig(RedactedRepr, BaseModel):
     """``source:`` section for ``type: postgres``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -63,6 +65,18 @@ class PostgresConfig(BaseModel):
                                  "a whole schema or table name (public.*, *.orders)")
         return value
 
+    @field_validator("dsn")
+    @classmethod
+    def _dsn(cls, value: str) -> str:
+        """Its password is masked everywhere from now on; a string libpq cannot parse is
+        refused here, without quoting it (libpq's message quotes the part it choked on)."""
+        register_dsn(value)
+        try:
+            conninfo_to_dict(value)
+        except psycopg.ProgrammingError:
+            raise ValueError(f"not a libpq connection string: {DSN_FIX}") from None
+        return value
+
     @field_validator("slot")
     @classmethod
     def _slot(cls, value: str) -> str:
@@ -77,7 +91,7 @@ class PostgresConnector:
     config_model = PostgresConfig
 
     def __init__(self, config: PostgresConfig | dict[str, Any], instance: str = "dblog") -> None:
-        self.config = config if isinstance(config, PostgresConfig) else PostgresConfig(**config)
+        self.config = config if isinstance(config, PostgresConfig) else _validated(config)
         self.instance = instance
         self.watermark_table = TableId.parse(self.config.watermark_table)
         self.key_columns = {TableId.parse(t): tuple(c) for t, c in self.config.key_columns.items()}
@@ -186,6 +200,18 @@ def _replica_identity(conn: psycopg.Connection, table: TableId) -> tuple[str, bo
         "AND a.attnum > 0 AND NOT a.attisdropped AND a.attstorage IN ('x', 'e')) "
         "FROM pg_class c WHERE c.oid = %s::regclass", (catalog.regclass(table),)).fetchone()
     return None if row is None else (str(row[0]), bool(row[1]))
+
+
+def _validated(raw: dict[str, Any]) -> PostgresConfig:
+    """The embedded API's dict as a config; a ConfigError naming the fields (pydantic's own
+    message would quote the input, connection string included)."""
+    register_dsn(str(raw.get("dsn", "")))
+    try:
+        return PostgresConfig(**raw)
+    except ValidationError as exc:
+        details = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                            for e in exc.errors())
+        raise ConfigError(f"source: {details}", fix="see docs/configuration.md") from None
 
 
 def _refuse_unsafe(findings: list[Finding]) -> None:

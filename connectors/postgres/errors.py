@@ -17,9 +17,17 @@ _FATAL = (
 )
 
 
+DSN_FIX = ("write key=value pairs separated by spaces (a value that holds spaces or quotes goes "
+           "in single quotes) or a postgresql:// URL")
+
+
 def classify(exc: BaseException, doing: str) -> DblogError:
     """The dblog error for a driver error raised while ``doing`` something."""
     text = str(exc).strip()
+    if isinstance(exc, psycopg.ProgrammingError) and "connection info string" in text:
+        # libpq quotes the part of the string it could not parse: maybe the password
+        return FatalSourceError(f"{doing}: source.dsn is not a valid libpq connection string",
+                                fix=DSN_FIX)
     if "could not access file" in text and ("wal2json" in text or "plugin" in text):
         return FatalSourceError(
             f"{doing}: the wal2json output plugin is not installed on the server ({text})",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import psycopg
 from psycopg import pq
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dblog.connectors.postgres.positions import Lsn
 from dblog.core.model import LogItem
@@ -91,10 +92,10 @@ class PostgresLogReader:
             raise classify(exc, "starting the replication stream") from exc
 
     def _start(self, position: Position | None) -> None:
-        conninfo = f"{self.dsn} replication=database options='-c datestyle=ISO -c timezone=UTC'"
-        if "connect_timeout" not in self.dsn:  # libpq's connect blocks: never for long
-            conninfo += " connect_timeout=10"
-        conn = pq.PGconn.connect(conninfo.encode())
+        extra = {"replication": "database", "options": "-c datestyle=ISO -c timezone=UTC"}
+        if "connect_timeout" not in conninfo_to_dict(self.dsn):  # libpq's connect blocks
+            extra["connect_timeout"] = "10"
+        conn = pq.PGconn.connect(make_conninfo(self.dsn, **extra).encode())  # URLs too
         if conn.status != pq.ConnStatus.OK:
             error = _driver_error(conn.get_error_message(), None)
             conn.finish()

@@ -17,13 +17,15 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dblog.api.config import ApiConfig
+from dblog.app.configcheck import StrictLoader, register_secrets, strict_problems, yaml_problem
 from dblog.engine.settings import EngineSettings
 from dblog.errors import ConfigError
+from dblog.runtime.redact import RedactedRepr, register_variable
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-class StateConfig(BaseModel):
+class StateConfig(RedactedRepr, BaseModel):
     """``type: file`` (one embedded instance) or ``type: zookeeper`` (HA: leader election and
     the state in ZooKeeper; needs ``pip install 'dblog[zookeeper]'``)."""
 
@@ -55,7 +57,7 @@ class DumpRequestConfig(BaseModel):
     tables: list[str] | None = None
 
 
-class PipelineConfig(BaseModel):
+class PipelineConfig(RedactedRepr, BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field("dblog", pattern=r"^[A-Za-z0-9_.-]{1,63}$")
@@ -81,6 +83,7 @@ def substitute(text: str, env: dict[str, str] | None = None) -> str:
     def repl(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
         if env.get(name):
+            register_variable(name, env[name])
             return env[name]
         if default is not None:
             return default
@@ -113,6 +116,15 @@ def _known_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
 
 
 def validate(model: type[BaseModel], raw: Any, origin: str) -> Any:
+    """``raw`` as ``model``, or one ConfigError naming every bad field and the fix. Strict
+    where pydantic would coerce silently: a boolean is not a number (``chunk_size: true`` was
+    taken as 1), a number is not a boolean, and infinities and NaN are no numbers at all.
+    Secrets in ``raw`` are registered first, so no message shows them."""
+    register_secrets(raw)
+    problems = strict_problems(model, raw)
+    if problems:
+        raise ConfigError(f"{origin}: {'; '.join(problems)}",
+                          fix="see docs/configuration.md for every key")
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
@@ -128,9 +140,11 @@ def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
     except OSError as exc:
         raise ConfigError(f"cannot read config file {file}: {exc}") from exc
     try:
-        raw = yaml.safe_load(substitute(text))
+        raw = yaml.load(substitute(text), Loader=StrictLoader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{file} is not valid YAML: {exc}") from exc
+        raise ConfigError(f"{file} is not valid YAML: {yaml_problem(exc, text)}",
+                          fix="correct the YAML at that line (quote values that hold : # "
+                              "or leading special characters)") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{file}: the top level must be a mapping")
     config: PipelineConfig = validate(PipelineConfig, raw, str(file))

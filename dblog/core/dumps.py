@@ -323,6 +323,13 @@ def dump_to_json(dump: Dump) -> dict[str, Any]:
     }
 
 
+def _count(value: Any) -> int:
+    """A stored count (TypeError for anything else: the state is damaged)."""
+    if type(value) is not int or value < 0:
+        raise TypeError(f"{value!r} is not a count")
+    return value
+
+
 def _table_in(raw: Any) -> TableId:
     return TableId.parse(raw) if isinstance(raw, str) else TableId(raw[0], raw[1])
 
@@ -332,12 +339,15 @@ def dump_from_json(raw: dict[str, Any]) -> Dump:
         TableProgress(
             table=_table_in(t["table"]), started=t["started"], done=t["done"],
             last_key=_key_in(t["last_key"]), upper_key=_key_in(t["upper_key"]),
-            chunks=t["chunks"], rows=t["rows"], estimated_rows=t.get("estimated_rows", 0),
+            chunks=_count(t["chunks"]), rows=_count(t["rows"]),
+            estimated_rows=_count(t.get("estimated_rows", 0)),
         )
         for t in raw["tables"]
     )
     keys = None if raw["keys"] is None else tuple(tuple(k) for k in raw["keys"])
-    return Dump(id=raw["id"], tables=tables, keys=keys, key_index=raw["key_index"],
+    if not isinstance(raw["id"], str):
+        raise TypeError(f"dump id {raw['id']!r} is not a string")
+    return Dump(id=raw["id"], tables=tables, keys=keys, key_index=_count(raw["key_index"]),
                 state=DumpState(raw["state"]), error=raw.get("error"),
                 internal=raw.get("internal", False))
 

@@ -7,7 +7,7 @@ from typing import Any
 from dblog.core.acks import PipelineState
 from dblog.core.dumps import DumpQueue, dump_from_json, dump_to_json
 from dblog.core.positions import decode_position
-from dblog.errors import FencedError
+from dblog.errors import FencedError, StateError
 
 
 def check_fence(stored_version: int | None, stored_epoch: int, expected_version: int | None,
@@ -31,8 +31,19 @@ def state_to_json(state: PipelineState) -> dict[str, object]:
 
 
 def state_from_json(raw: dict[str, Any]) -> PipelineState:
-    return PipelineState(
-        position=decode_position(raw.get("position")),
-        seq=int(raw.get("seq", 0)),
-        dumps=DumpQueue(tuple(dump_from_json(d) for d in raw.get("dumps", []))),
-    )
+    """The state in ``raw``; StateError saying what is wrong when it is not one (a damaged
+    document gives no raw KeyError or TypeError)."""
+    if not isinstance(raw, dict):
+        raise StateError(f"the state is a {type(raw).__name__}, not an object")
+    seq, dumps, position = raw.get("seq", 0), raw.get("dumps", []), raw.get("position")
+    if type(seq) is not int or seq < 0:
+        raise StateError(f"the state's seq is {seq!r}, not a count")
+    if not isinstance(dumps, list):
+        raise StateError(f"the state's dumps are a {type(dumps).__name__}, not a list")
+    if position is not None and not isinstance(position, str):
+        raise StateError(f"the state's position is {position!r}, not a string")
+    try:
+        queue = DumpQueue(tuple(dump_from_json(d) for d in dumps))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise StateError(f"a dump in the state is damaged ({type(exc).__name__}: {exc})") from exc
+    return PipelineState(position=decode_position(position), seq=seq, dumps=queue)

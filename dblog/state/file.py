@@ -7,6 +7,7 @@ they carry an epoch older than the stored one, so the contract matches the ZooKe
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -16,11 +17,17 @@ from typing import Any
 
 from dblog.errors import StateError
 from dblog.spi import StoredState
-from dblog.state.codec import check_fence
+from dblog.state.codec import check_fence, state_from_json
+
+_DAMAGED_FIX = ("restore the file from a backup; or, to start over, move it away (a jsonl output "
+                "that holds events then needs reset: true for that start) and request a full "
+                "dump")
 
 
 class FileStateStore:
-    """A :class:`dblog.spi.StateStore` in one local JSON file."""
+    """A :class:`dblog.spi.StateStore` in one local JSON file. Every way the file can be
+    damaged, unreadable or unwritable is one :class:`StateError` naming the file and the fix;
+    a damaged file is never overwritten."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -28,44 +35,96 @@ class FileStateStore:
 
     def _read(self) -> dict[str, Any] | None:
         try:
-            text = self.path.read_text(encoding="utf-8")
+            raw = self.path.read_bytes()
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise StateError(f"cannot read state file {self.path}: {exc.strerror or exc}",
+                             fix="check the file's owner and permissions: the user that runs "
+                                 "dblog must read and write it") from exc
         try:
-            doc: dict[str, Any] = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise StateError(f"state file {self.path} is not valid JSON: {exc}",
-                             fix="restore it from a backup or remove it to start over") from exc
-        return doc
+            doc = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise StateError(f"state file {self.path} is damaged: not valid JSON ({exc})",
+                             fix=_DAMAGED_FIX) from exc
+        return self._checked(doc)
+
+    def _checked(self, doc: Any) -> dict[str, Any]:
+        """The document if it is a state (version, epoch, data that decodes)."""
+        problem = _problem(doc)
+        if problem is None:
+            try:
+                state_from_json(doc["data"])
+            except StateError as exc:
+                problem = exc.message
+                if exc.fix is not None and "damaged" not in exc.message:
+                    raise StateError(f"state file {self.path}: {exc.message}",
+                                     fix=exc.fix) from exc
+        if problem is not None:
+            raise StateError(f"state file {self.path} is damaged: {problem}", fix=_DAMAGED_FIX)
+        checked: dict[str, Any] = doc
+        return checked
 
     def load(self) -> StoredState | None:
         doc = self._read()
         if doc is None:
             return None
-        return StoredState(version=int(doc["version"]), data=doc["data"])
+        return StoredState(version=doc["version"], data=doc["data"])
 
     def save(self, data: dict[str, object], expected_version: int | None, epoch: int) -> int:
         # the thread lock covers this instance, flock other instances and processes
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._lock, open(self.path.with_name(f".{self.path.name}.lock"), "a") as lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-            current = self._read()
-            current_version = None if current is None else int(current["version"])
-            current_epoch = -1 if current is None else int(current.get("epoch", 0))
-            check_fence(current_version, current_epoch, expected_version, epoch, str(self.path))
-            version = 0 if current_version is None else current_version + 1
-            self._replace({"version": version, "epoch": epoch, "data": data})
-            return version
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._lock, open(self.path.with_name(f".{self.path.name}.lock"), "a") as lock:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+                return self._save_locked(data, expected_version, epoch)
+        except OSError as exc:
+            raise StateError(f"cannot write state file {self.path}: {exc.strerror or exc}",
+                             fix=f"check free space and the permissions of {self.path.parent} "
+                                 "(the user that runs dblog must write there)") from exc
+
+    def _save_locked(self, data: dict[str, object], expected_version: int | None,
+                     epoch: int) -> int:
+        current = self._read()
+        if current is None and expected_version is not None:
+            raise StateError(
+                f"state file {self.path} was removed while the pipeline ran (its version was "
+                f"{expected_version})", fix="put the file back and restart; or, to start over, "
+                "restart without it (a jsonl output that holds events then needs reset: true)")
+        current_version = None if current is None else int(current["version"])
+        current_epoch = -1 if current is None else int(current.get("epoch", 0))
+        check_fence(current_version, current_epoch, expected_version, epoch, str(self.path))
+        version = 0 if current_version is None else current_version + 1
+        self._replace({"version": version, "epoch": epoch, "data": data})
+        return version
 
     def _replace(self, doc: dict[str, Any]) -> None:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(doc, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "w", encoding="utf-8") as handle:
+                json.dump(doc, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
         dir_fd = os.open(self.path.parent, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def _problem(doc: Any) -> str | None:
+    """What is wrong with the document's envelope (None: nothing)."""
+    if not isinstance(doc, dict):
+        return f"a JSON {type(doc).__name__} where an object was expected"
+    version, epoch = doc.get("version"), doc.get("epoch", 0)
+    if type(version) is not int or version < 0:
+        return f"its version is {version!r}, not a count"
+    if type(epoch) is not int:
+        return f"its epoch is {epoch!r}, not a number"
+    if not isinstance(doc.get("data"), dict):
+        return "its data is missing or not an object"
+    return None

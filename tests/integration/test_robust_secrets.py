@@ -1,0 +1,145 @@
+"""Issue 16, finding 3: a password never appears in an error, a log line, a repr, the state or
+the output. Every failing path of the issue runs with one known password, and everything they
+print, log, store or raise is searched for it (and for its URL-encoded form): zero hits."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dblog.app.config import load_config
+from dblog.app.pipeline import Pipeline
+from dblog.connectors.postgres import PostgresConfig, PostgresConnector
+from dblog.errors import DblogError
+
+from .pgutil import dump_state, wait_until
+from .test_robust_pg import execute
+
+pytestmark = pytest.mark.integration
+PASSWORD = "Zq7-Secret-Pw9"
+
+
+def config_file(tmp: Path, source: str, extra: str = "") -> Path:
+    path = tmp / "dblog.yaml"
+    path.write_text(f"name: secrets\nsource: {source}\n"
+                    f"outputs: [{{type: jsonl, path: '{tmp / 'out.jsonl'}'}}]\n"
+                    f"state: {{type: file, path: '{tmp / 'state.json'}'}}\n"
+                    f"api: {{enabled: false}}\nlog_level: DEBUG\n{extra}")
+    return path
+
+
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> str:
+    """What the command printed; it fails, or (``dblog run`` retrying a connection that is
+    refused) is stopped after ``timeout`` seconds."""
+    try:
+        done = subprocess.run([sys.executable, "-m", "dblog", *args], capture_output=True,
+                              text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    except subprocess.TimeoutExpired as stopped:
+        return "".join(_text(part) for part in (stopped.stdout, stopped.stderr))
+    assert done.returncode != 0, (args, done.stdout, done.stderr)  # every path here fails
+    return done.stdout + done.stderr
+
+
+def _text(part: str | bytes | None) -> str:
+    return part.decode(errors="replace") if isinstance(part, bytes) else part or ""
+
+
+def hits(text: str) -> list[str]:
+    return [line for line in text.splitlines()
+            if PASSWORD in line or PASSWORD.replace("-", "%2D") in line]
+
+
+def dsn_with_password(dsn: str) -> str:
+    return f"{dsn} password={PASSWORD}"
+
+
+@pytest.fixture()
+def seen(tmp_path: Path) -> Iterator[list[str]]:
+    """Everything the test saw; searched for the password when it ends."""
+    texts: list[str] = []
+    yield texts
+    files = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix != ".yaml"]
+    texts.extend(p.read_text(errors="replace") for p in files)
+    found = [h for text in texts for h in hits(text)]
+    assert not found, found
+
+
+def test_failing_commands_print_no_password(tmp_path: Path, seen: list[str]) -> None:
+    for unparseable in (f'"host=127.0.0.1 port=1 user=u password {PASSWORD}"',
+                        f'"host=127.0.0.1 port=1 user=u password=ab {PASSWORD}"'):
+        for command in ("check", "run", "status"):  # libpq: missing "=" after "<password>"
+            seen.append(cli(command, "--config", str(config_file(
+                tmp_path, f"{{type: postgres, dsn: {unparseable}}}"))))
+    refused = f"'host=127.0.0.1 port=1 user=u password={PASSWORD} connect_timeout=2'"
+    for command in ("check", "run"):  # nothing listens: connection errors
+        seen.append(cli(command, "--config", str(config_file(
+            tmp_path, f"{{type: postgres, dsn: {refused}}}")), timeout=20))
+    url = f"'postgresql://u:{PASSWORD}@127.0.0.1:1/db?connect_timeout=2'"
+    seen.append(cli("run", "--config", str(config_file(
+        tmp_path, f"{{type: postgres, dsn: {url}}}")), timeout=20))
+    mysql = f"{{type: mysql, dsn: 'mysql://u:{PASSWORD}@127.0.0.1:notaport/'}}"
+    seen.append(cli("check", "--config", str(config_file(tmp_path, mysql))))
+    bad_key = f"{{type: postgres, dsn: 'password={PASSWORD}', slot: 'Bad-Slot'}}"
+    seen.append(cli("check", "--config", str(config_file(tmp_path, bad_key))))
+
+
+def test_yaml_errors_never_show_a_substituted_password(tmp_path: Path,
+                                                       seen: list[str]) -> None:
+    broken = config_file(tmp_path, '{type: postgres, dsn: "host=x password=${DB_PASSWORD}"}')
+    env = {"DB_PASSWORD": f'{PASSWORD}" oops: ['}  # ends the quoted string: invalid YAML
+    output = cli("check", "--config", str(broken), env=env)
+    assert "not valid YAML: line 2" in output and "source: {type: postgres" in output, output
+    seen.append(output)
+    duplicate = config_file(tmp_path, "{type: postgres, dsn: 'host=x password=${DB_PASSWORD}',"
+                                      " dsn: 'host=y password=${DB_PASSWORD}'}")
+    output = cli("check", "--config", str(duplicate), env={"DB_PASSWORD": PASSWORD})
+    assert "given twice" in output, output
+    seen.append(output)
+
+
+def test_reprs_and_exceptions_show_no_password(pg_dsn: str, tmp_path: Path,
+                                               seen: list[str],
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    dsn = dsn_with_password(pg_dsn)
+    config = load_config(config_file(tmp_path, f"{{type: postgres, dsn: '{dsn}'}}"))
+    seen.extend([repr(config), str(config),
+                 repr(PostgresConfig(dsn=dsn)), repr(PostgresConnector({"dsn": dsn}).config)])
+    with caplog.at_level(logging.DEBUG):
+        for bad in ({"dsn": f"host=x password {PASSWORD}"}, {"dsn": dsn, "slot": "X!"},
+                    {"dsn": f"host=x password='{PASSWORD}"}):
+            with pytest.raises(DblogError) as raised:
+                PostgresConnector(bad)
+            seen.extend([str(raised.value), repr(raised.value),
+                         "".join(traceback.format_exception(raised.value))])
+        execute(pg_dsn, "CREATE TABLE keyless (v int)")  # a refused start, logged
+        pipeline = Pipeline.from_config(config)
+        with pytest.raises(DblogError) as refused:
+            pipeline.start()
+        seen.extend([str(refused.value), "".join(traceback.format_exception(refused.value))])
+    seen.extend(r.getMessage() + (r.exc_text or "") for r in caplog.records)
+
+
+def test_a_running_pipeline_stores_and_logs_no_password(
+        pg_dsn: str, tmp_path: Path, seen: list[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    execute(pg_dsn, "CREATE TABLE t (id int PRIMARY KEY)", "INSERT INTO t VALUES (1), (2)")
+    source = f"{{type: postgres, dsn: '{dsn_with_password(pg_dsn)}', slot: secrets}}"
+    config = load_config(config_file(tmp_path, source))
+    with caplog.at_level(logging.DEBUG):
+        pipeline = Pipeline.from_config(config).start()
+        try:
+            dump_id = pipeline.dump(["public.t"])
+            wait_until(lambda: dump_state(pipeline, dump_id) == "done", 60, "the dump")
+            status: dict[str, Any] = pipeline.status()
+            seen.append(repr(status))
+        finally:
+            pipeline.stop()
+    seen.extend(r.getMessage() + (r.exc_text or "") for r in caplog.records)
