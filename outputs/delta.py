@@ -17,6 +17,7 @@ barriers are only read from the checkpoint table, written last.
 from __future__ import annotations
 
 import errno
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ from .delta_checkpoint import CheckpointTable
 from .sql_kinds import DELETED, ColumnKind, kind_of, kind_of_value
 from .sql_write import decoded_rows
 
+log = logging.getLogger("dblog.outputs.delta")
+
 
 class DeltaConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -60,6 +63,10 @@ class DeltaConfig(BaseModel):
     """After a compaction, vacuum files unreferenced for this long; None: no vacuum."""
     tombstone_margin: int | None = None
     purge_interval_s: float = 600.0
+    commit_interval_s: float = Field(10.0, ge=0)
+    """A flush commits only when the last commit is this old (or commit_every events wait):
+    each commit is a MERGE per table with a fixed cost, and the engine asks for a flush every
+    second. Acknowledgements lag by as much; 0: every flush commits."""
     commit_every: int = Field(50_000, ge=1)
     """Commit on its own once this many events are buffered (the engine asks for a flush
     only every flush_interval_s; meanwhile the output keeps writing instead of waiting)."""
@@ -111,7 +118,7 @@ class DeltaOutput:
         self._scheme: str | None = None
         self._checkpoint: Checkpoint | None = None
         self._durable = 0
-        self._last_purge = time.monotonic()
+        self._last_purge = self._last_commit = time.monotonic()
         self.merge_metrics: list[dict[str, Any]] = []
         """The metrics of the last flush's MERGEs (bench and tests read them)."""
 
@@ -162,19 +169,33 @@ class DeltaOutput:
         self._retrying = None
 
     def flush(self) -> int:
-        return self._commit(None)
+        return self._commit(None) if self._due() else self._durable
 
     def flush_checkpoint(self, checkpoint: Checkpoint) -> int:
-        return self._commit(checkpoint)
+        return self._commit(checkpoint) if self._due() else self._durable
+
+    def _due(self) -> bool:
+        """Whether a flush commits now (see ``commit_interval_s``)."""
+        return (len(self._pending) >= self.config.commit_every or
+                time.monotonic() - self._last_commit >= self.config.commit_interval_s)
 
     def committed_checkpoint(self) -> Checkpoint | None:
         return self._checkpoint
 
     def close(self) -> None:
-        self._replicas = {}
-        self._ckpt = None
+        """Commit what waits for ``commit_interval_s`` (best effort: it is replayed anyway,
+        from the last acknowledged state)."""
+        try:
+            if self._ckpt is not None and self._pending:
+                self._commit(None)
+        except DblogError as exc:
+            log.warning("%s: buffered events not committed at close: %s", self.name, exc)
+        finally:
+            self._replicas = {}
+            self._ckpt = None
 
     def discard(self) -> None:
+        """A deposed leader: drop what is buffered, write nothing."""
         self._pending = []
         self.close()
 
@@ -204,6 +225,7 @@ class DeltaOutput:
         except Exception as exc:
             raise classify(exc, f"flushing {self.name}") from exc
         self._state, self._pending, self._durable = state, [], through
+        self._last_commit = time.monotonic()
         self._scheme = plan.scheme or self._scheme
         self._checkpoint = covered or self._checkpoint
         return through

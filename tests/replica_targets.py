@@ -152,7 +152,7 @@ class DeltaTarget(Target):
         self.path = path
 
     def config(self) -> dict[str, Any]:
-        return {"type": "delta", "path": str(self.path)}
+        return {"type": "delta", "path": str(self.path), "commit_interval_s": 0}
 
     def table_path(self, table: TableId) -> Path:
         return self.path / f"{table.schema}.{table.name}"

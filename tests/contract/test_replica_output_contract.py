@@ -369,3 +369,15 @@ def test_delta_refuses_a_commit_prepared_before_the_successors_claim(
     with pytest.raises(RetryableOutputError, match=r"(?i)metadata changed|concurrent"):
         old.flush()
     assert live(delta_target) == reference(events)[half]
+
+
+def test_delta_commits_at_most_every_commit_interval_and_at_close(
+        delta_target: DeltaTarget) -> None:
+    events = stream("pg", 13, 12)
+    output = delta_target.new_output(commit_interval_s=3600)
+    output.open(0)
+    output.write(events)
+    assert output.flush() == 0  # not due: nothing committed, nothing acknowledged
+    assert live(delta_target) == reference(events)[0]
+    output.close()  # commits what waits
+    assert live(delta_target) == reference(events)[-1]
