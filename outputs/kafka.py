@@ -3,8 +3,9 @@
 ``delivery: at-least-once`` (default): an idempotent producer; ``flush`` acknowledges the
 highest seq whose every record, and every earlier one, was delivered
 (:mod:`dblog.outputs.kafka_delivery`). After a crash the engine replays from the committed
-state, so records after it may arrive twice, each copy with the same ``dblog.seq`` and
-``dblog.pos`` headers and in the same per-key order.
+state, so records after it may arrive twice, each copy with the same document and
+``dblog.pos`` header, in the same per-key order (the seq of log events after a dump chunk that
+was read again can differ between copies).
 
 ``delivery: exactly-once``: one transactional producer per pipeline; each flush commits one
 transaction with the events and a checkpoint record (:mod:`dblog.outputs.kafka_txn`). On open,
