@@ -19,7 +19,8 @@ _BUILTIN = {
     "dblog.outputs": {"jsonl": "dblog.outputs.jsonl:JsonlOutput",
                       "kafka": "dblog.outputs.kafka:KafkaOutput",
                       "sql": "dblog.outputs.sql:SqlOutput",
-                      "delta": "dblog.outputs.delta:DeltaOutput"},
+                      "delta": "dblog.outputs.delta:DeltaOutput",
+                      "spark": "dblog.outputs.spark:SparkOutput"},
 }
 
 

@@ -1,0 +1,308 @@
+"""The Spark output's ``delta`` sink: replica tables written with delta-spark, in the ``delta``
+output's layout, so either output (or a reader) sees the same tables.
+
+Per table plan of the apply core (:mod:`dblog.replica`), in plan order: truncate (a fenced
+``DELETE`` of every row whose guard is below it), then one guarded MERGE whose source is a
+DataFrame built from the Arrow batch of the ``delta`` output (:func:`delta_table.batch`)::
+
+    MERGE INTO t USING s ON <key equality [and the batch's key range]>
+    WHEN MATCHED AND (<s's guard is greater>) THEN UPDATE SET *
+    WHEN NOT MATCHED THEN INSERT *
+
+Columns the source did not send (``keep``) are filled from the stored rows read through
+Spark before the MERGE. The checkpoint row follows the tables (:mod:`.spark_checkpoint`).
+As with the ``delta`` output, a crash between two tables' commits leaves some tables ahead of
+the checkpoint, which is sound: every commit is guarded, so the replay is a no-op where it
+was applied.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from dblog.core.model import Key, Row, TableId, TableInfo
+from dblog.errors import FatalOutputError
+from dblog.replica import Guard, RowChange, TablePlan
+from dblog.replica.reduce import decoded
+
+from . import delta_table as dtab
+from .spark_checkpoint import NAME, SparkCheckpointTable, create_statement
+from .spark_config import SparkDeltaSink
+from .spark_session import arrow_frame, jvm
+from .spark_target import Fence, Snapshot, SparkDeltaTable
+from .sql_checkpoint import StoredCheckpoint
+from .sql_kinds import (
+    DELETED,
+    GUARD_MAJOR,
+    GUARD_MINOR,
+    ColumnKind,
+    from_db,
+    kind_of,
+    kind_of_value,
+    to_db,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+Lookup = Callable[[TableId], TableInfo | None]
+AUTO_MERGE = "spark.databricks.delta.schema.autoMerge.enabled"
+FIX = "delete the table (its folder) so that dblog creates it, then dump the source again"
+
+
+@dataclass
+class Replica:
+    source: TableId
+    table: SparkDeltaTable
+    kinds: dict[str, ColumnKind]
+    key: tuple[str, ...]
+
+
+def name_pattern(template: str) -> re.Pattern[str]:
+    """The names ``template`` makes, with the schema and table as groups."""
+    parts = re.split(r"(\{schema\}|\{table\})", template)
+    body = "".join("(?P<schema>.+?)" if p == "{schema}" else "(?P<table>.+?)"
+                   if p == "{table}" else re.escape(p) for p in parts)
+    return re.compile(f"^{body}$")
+
+
+def check_layout(table: SparkDeltaTable, snap: Snapshot, kinds: dict[str, ColumnKind],
+                 key: tuple[str, ...]) -> None:
+    """Refuse an existing table a replica cannot use (the ``delta`` output's rules)."""
+    where = table.ident
+    if snap.key is None:
+        raise FatalOutputError(f"Delta table {where} exists but is not a dblog replica (no "
+                               f"{dtab.KEY_PROPERTY} property)", fix=FIX + ", or set table_path")
+    if list(orjson.loads(snap.key)) != list(key):
+        raise FatalOutputError(f"Delta table {where} replicates key {snap.key}, the source "
+                               f"has {list(key)}", fix=FIX)
+    stored = snap.schema()
+    assert stored is not None
+    have = {f.name: f.dataType for f in stored.fields}
+    want = {f.name: f.dataType for f in from_arrow_schema(dtab.arrow_schema(kinds)).fields}
+    missing = [c for c in want if c.startswith("_dblog_") and c not in have]
+    if missing:
+        raise FatalOutputError(f"Delta table {where} lacks {missing}", fix=FIX)
+    for column, kind in kinds.items():
+        if column in have and have[column] != want[column]:
+            raise FatalOutputError(
+                f"Delta table {where}: column {column} is {have[column].simpleString()}, the "
+                f"source's {kind.kind.value} values need {want[column].simpleString()}",
+                fix=FIX)
+
+
+class SparkDeltaWriter:
+    """The delta sink of one Spark output run (opened per run, bound to one epoch)."""
+
+    def __init__(self, spark: SparkSession, config: SparkDeltaSink, lookup: Lookup,
+                 pipeline: str, epoch: int, checkpoint: bool = True) -> None:
+        """``checkpoint``: keep the pipeline's row in ``_dblog_checkpoint`` (the apply job,
+        whose progress is Spark's own checkpoint, has none)."""
+        self.spark, self.config, self.lookup = spark, config, lookup
+        self.fence = Fence(spark, config.pipeline or pipeline, epoch)
+        self.replicas: dict[TableId, Replica] = {}
+        self.checkpoint = SparkCheckpointTable(spark, self._table(NAME), self.fence) \
+            if checkpoint else None
+        self.metrics: list[dict[str, Any]] = []
+
+    def _table(self, name: str) -> SparkDeltaTable:
+        if self.config.path is not None:
+            return SparkDeltaTable.at_path(self.spark, f"{self.config.path.rstrip('/')}/{name}")
+        assert self.config.database is not None
+        return SparkDeltaTable.in_catalog(self.spark, self.config.database, name)
+
+    def _name(self, table: TableId) -> str:
+        template = self.config.table_path if self.config.path else self.config.table_name
+        return template.format(schema=table.schema, table=table.name)
+
+    # -- open -----------------------------------------------------------------------------------
+
+    def open(self) -> StoredCheckpoint:
+        """Claim the checkpoint and every existing replica table for this epoch; refuse a
+        table of a known source table that a replica cannot use (before any event)."""
+        if self.config.database is not None:
+            self.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{self.config.database}`")
+        stored = StoredCheckpoint(self.fence.epoch, 0, None, None)
+        if self.checkpoint is not None:
+            stored = self.checkpoint.open(lambda: self._table(NAME))
+        pattern = name_pattern(self.config.table_path if self.config.path
+                               else self.config.table_name)
+        for name in self._existing():
+            table = self._table(name)
+            snap = self.fence.check(table)
+            match = pattern.match(name)
+            info = None if match is None else self.lookup(TableId(match["schema"],
+                                                                  match["table"]))
+            if info is not None:
+                kinds = {c.name: kind_of(c.type_name) for c in info.columns}
+                check_layout(table, snap, kinds, info.key_columns)
+            if snap.key is not None:
+                self.fence.claim(table, self._empty(table))
+        return stored
+
+    def _existing(self) -> list[str]:
+        """Names of the Delta tables beside the checkpoint (folders, or catalog tables)."""
+        if self.config.database is not None:
+            return sorted(t.name for t in self.spark.catalog.listTables(self.config.database)
+                          if t.name != NAME)
+        assert self.config.path is not None
+        view = jvm(self.spark)
+        session: Any = self.spark
+        root = view.org.apache.hadoop.fs.Path(self.config.path)
+        fs = root.getFileSystem(session._jsc.hadoopConfiguration())
+        if not fs.exists(root):
+            return []
+        names = []
+        for status in fs.listStatus(root):
+            path = status.getPath()
+            if status.isDirectory() and path.getName() != NAME and \
+                    fs.exists(view.org.apache.hadoop.fs.Path(path, "_delta_log")):
+                names.append(str(path.getName()))
+        return sorted(names)
+
+    def _empty(self, table: SparkDeltaTable) -> Callable[[], None]:
+        def append() -> None:
+            schema = self.spark.read.format("delta").load(table.location).schema
+            self.spark.createDataFrame([], schema).write.format("delta").mode("append") \
+                .save(table.location)
+        return append
+
+    # -- a plan ---------------------------------------------------------------------------------
+
+    def apply(self, plan: TablePlan, seq: int, truncate_where: str | None = None) -> None:
+        """One table plan: truncate, then one guarded MERGE (each a fenced commit).
+        ``truncate_where`` replaces the truncate's "guard below" condition (the apply job's
+        truncates hold for one Kafka partition)."""
+        replica = self._replica(plan.table)
+        if plan.truncate is not None:
+            where = truncate_where or dtab.guard_below(plan.truncate)
+            self.fence.commit(replica.table, seq, lambda: self._delete(replica, where))
+        rows = [None if c.row is None else decoded(c.row) for c in plan.changes]
+        added = self._evolve(replica, rows)
+        changes = list(zip(plan.changes, rows, strict=True))
+        if any(change.keep for change in plan.changes):
+            changes = self._with_kept(replica, changes)
+        if changes:
+            self.metrics.append(self._merge(replica, changes, seq, added))
+
+    def _delete(self, replica: Replica, where: str) -> None:
+        """A DELETE's result does not tell a skipped commit (nor one that matched nothing
+        and committed nothing): the fence's check after it is what refuses."""
+        self.spark.sql(f"DELETE FROM {replica.table.ident} WHERE {where}").collect()
+
+    def _merge(self, replica: Replica, changes: list[tuple[RowChange, Row | None]],
+               seq: int, added: bool) -> dict[str, Any]:
+        source = dtab.batch(replica.kinds, replica.key, changes)
+        predicate = dtab.merge_predicate(replica.kinds, replica.key, source)
+        view = f"dblog_src_{uuid.uuid4().hex[:12]}"
+        arrow_frame(self.spark, source).createOrReplaceTempView(view)
+        sql = (f"MERGE INTO {replica.table.ident} t USING {view} s ON {predicate} "
+               f"WHEN MATCHED AND ({dtab.NEWER}) THEN UPDATE SET * "
+               "WHEN NOT MATCHED THEN INSERT *")
+        if added:
+            self.spark.conf.set(AUTO_MERGE, "true")
+        try:
+            result = self.fence.commit(replica.table, seq,
+                                       lambda: self.spark.sql(sql).collect())
+        finally:
+            self.spark.catalog.dropTempView(view)
+            if added:
+                self.spark.conf.unset(AUTO_MERGE)
+        return result[0].asDict() if result else {}
+
+    def _evolve(self, replica: Replica, rows: list[Row | None]) -> bool:
+        """Columns the rows have that the table lacks: the MERGE adds them (auto-merge)."""
+        info, added = None, False
+        for row in rows:
+            if row is None or replica.kinds.keys() >= row.keys():
+                continue
+            if info is None:
+                info = self.lookup(replica.source)
+            known = {} if info is None else {c.name: c.type_name for c in info.columns}
+            for column, value in row.items():
+                if column not in replica.kinds:
+                    replica.kinds[column] = kind_of(known[column]) if column in known \
+                        else kind_of_value(value)
+                    added = True
+        return added
+
+    def _with_kept(self, replica: Replica, changes: list[tuple[RowChange, Row | None]]
+                   ) -> list[tuple[RowChange, Row | None]]:
+        """Fill ``keep`` columns from the stored rows (as the ``delta`` output does)."""
+        wanted = {c.key for c, _ in changes if c.keep}
+        wanted |= {c.keep_from for c, _ in changes if c.keep and c.keep_from is not None}
+        stored = self.stored_rows(replica, wanted)
+        out: list[tuple[RowChange, Row | None]] = []
+        for change, row in changes:
+            if not change.keep or row is None:
+                out.append((change, row))
+                continue
+            own = stored.get(change.key)
+            if own is not None and own[0] >= change.guard:
+                continue
+            source = stored.get(change.key if change.keep_from is None else change.keep_from)
+            if source is None or source[1] is None:
+                raise FatalOutputError(
+                    f"{replica.table.ident}: the change at seq {change.seq} keeps "
+                    f"{sorted(change.keep)}, which the table does not hold",
+                    fix="dump the table again (a dump row carries every column)")
+            out.append((change, {**row, **{c: source[1].get(c) for c in change.keep}}))
+        return out
+
+    def frame(self, replica: Replica) -> DataFrame:
+        return self.spark.read.format("delta").load(replica.table.location)
+
+    def stored_rows(self, replica: Replica, keys: set[Key]
+                    ) -> dict[Key, tuple[Guard, Row | None]]:
+        """The stored rows of ``keys`` (filtered on the first key column, then matched)."""
+        first, kinds = replica.key[0], replica.kinds
+        values = list({to_db(kinds[first], "delta", k[0]) for k in keys})
+        out: dict[Key, tuple[Guard, Row | None]] = {}
+        frame = self.frame(replica)
+        for record in frame.where(frame[first].isin(values)).collect():
+            raw = record.asDict()
+            row = {c: from_db(k, raw.get(c)) for c, k in kinds.items()}
+            found = tuple(row[k] for k in replica.key)
+            if found in keys:
+                guard = Guard(raw[GUARD_MAJOR], raw[GUARD_MINOR])
+                out[found] = (guard, None if raw[DELETED] else row)
+        return out
+
+    def _replica(self, source: TableId) -> Replica:
+        replica = self.replicas.get(source)
+        if replica is not None:
+            return replica
+        info = self.lookup(source)
+        if info is None:
+            raise FatalOutputError(f"spark output: no metadata for source table {source}",
+                                   fix="give the output the source's table metadata "
+                                       "(SparkOutput(..., tables=lookup) or set_tables)")
+        kinds = {c.name: kind_of(c.type_name) for c in info.columns}
+        name = self._name(source)
+        table = self._table(name)
+        properties = {dtab.KEY_PROPERTY: orjson.dumps(list(info.key_columns)).decode(),
+                      dtab.EPOCH_PROPERTY: str(self.fence.epoch)}
+        self.spark.sql(create_statement(table.ident, dtab.arrow_schema(kinds), properties,
+                                        self.config.partition_by.get(str(source))))
+        if not table.location:
+            table = self._table(name)
+        check_layout(table, self.fence.check(table), kinds, info.key_columns)
+        replica = self.replicas[source] = Replica(source, table, kinds, info.key_columns)
+        return replica
+
+    def purge(self, bound: Guard, seq: int) -> None:
+        """Delete tombstones below ``bound`` in every table this run wrote."""
+        for replica in self.replicas.values():
+            where = f"{DELETED} AND ({dtab.guard_below(bound)})"
+            self.fence.commit(replica.table, seq, partial(self._delete, replica, where))
+
+    def tables(self) -> Iterable[Replica]:
+        return self.replicas.values()

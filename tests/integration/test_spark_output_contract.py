@@ -1,0 +1,116 @@
+"""The replica output contract (tests/contract/test_replica_output_contract.py) run against the
+Spark output's Delta sink in one local Spark session: random streams equal the replay, a held
+PostgreSQL transaction, the checkpoint committed with the data, a deposed leader refused by the
+tables, the truncate barrier across restarts, tombstones, added columns. The tables are read
+back with delta-rs (the ``delta`` output's reader), independently of Spark: a table the Spark
+output wrote looks like one the ``delta`` output wrote."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from dblog.core.model import TableId, TableInfo
+from dblog.outputs.spark import SparkOutput
+from dblog.spi import (
+    Checkable,
+    CheckpointingOutput,
+    DiscardingOutput,
+    FencedOutput,
+    Output,
+    PipelineBound,
+)
+from tests.contract import test_replica_output_contract as contract
+from tests.replica_targets import DeltaTarget, int_info
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.filterwarnings("ignore:unclosed <socket.socket:ResourceWarning")]
+A, B = contract.A, contract.B
+
+
+class SparkTarget(DeltaTarget):
+    """The Delta target (read with delta-rs) written by the Spark output."""
+
+    name = "spark-delta"
+
+    def __init__(self, path: Path, lookup: Any, spark: SparkSession) -> None:
+        super().__init__(path, lookup)
+        self.spark = spark
+
+    def new_output(self, epoch: int = 1, pipeline: str = "contract",  # type: ignore[override]
+                   **config: Any) -> SparkOutput:
+        top = {k: config.pop(k) for k in ("commit_interval_s", "commit_every") if k in config}
+        sink = {"type": "delta", "path": str(self.path), **config}
+        output = SparkOutput({"type": "spark", "sinks": [sink], "commit_interval_s": 0, **top},
+                             tables=self.lookup, session=self.spark)
+        output.bind(pipeline, epoch)
+        self.outputs.append(output)  # type: ignore[arg-type]
+        return output
+
+
+@pytest.fixture()
+def infos() -> dict[TableId, TableInfo]:
+    return {A: int_info(A), B: int_info(B)}
+
+
+@pytest.fixture()
+def target(spark_session: SparkSession, tmp_path: Path,
+           infos: dict[TableId, TableInfo]) -> Iterator[SparkTarget]:
+    made = SparkTarget(tmp_path / "delta", infos.get, spark_session)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def test_every_ability(target: SparkTarget) -> None:
+    output = target.new_output()
+    for ability in (CheckpointingOutput, PipelineBound, FencedOutput, DiscardingOutput, Output,
+                    Checkable):
+        assert isinstance(output, ability), ability
+
+
+def test_random_stream_equals_the_replay(target: SparkTarget) -> None:
+    contract.test_random_stream_equals_the_replay(target, "pg")
+
+
+def test_an_open_transaction_is_held_until_its_commit(target: SparkTarget) -> None:
+    contract.test_an_open_transaction_is_held_until_its_commit(target)
+
+
+def test_the_checkpoint_is_committed_with_the_data(target: SparkTarget) -> None:
+    contract.test_the_checkpoint_is_committed_with_the_data(target)
+
+
+def test_a_deposed_leaders_commit_is_refused_by_the_target(target: SparkTarget) -> None:
+    contract.test_a_deposed_leaders_commit_is_refused_by_the_target(target)
+
+
+def test_the_truncate_barrier_survives_a_restart(target: SparkTarget) -> None:
+    contract.test_the_truncate_barrier_survives_a_restart(target)
+
+
+def test_tombstones_are_hidden_kept_and_purged_by_margin(target: SparkTarget) -> None:
+    contract.test_tombstones_are_hidden_kept_and_purged_by_margin(target)
+
+
+def test_added_source_columns_reach_the_replica(target: SparkTarget,
+                                               infos: dict[TableId, TableInfo]) -> None:
+    contract.test_added_source_columns_reach_the_replica(target, infos)
+
+
+def test_commits_at_most_every_commit_interval_and_at_close(target: SparkTarget) -> None:
+    events = contract.stream("pg", 13, 12)
+    output = target.new_output(commit_interval_s=3600)
+    output.open(0)
+    output.write(events)
+    assert output.flush() == 0  # not due: nothing written, nothing acknowledged
+    assert contract.live(target) == contract.reference(events)[0]
+    output.close()  # writes what waits
+    assert contract.live(target) == contract.reference(events)[-1]
