@@ -29,6 +29,7 @@ from dblog.spi import (
     FencedOutput,
     Output,
     PipelineBound,
+    TableAwareOutput,
 )
 from tests.integration.conftest import pg_admin_dsn
 from tests.integration.mysql_fixtures import maria_admin_dsn
@@ -82,7 +83,8 @@ def deliver(output: ReplicaOutput, events: Sequence[ChangeEvent], rnd: random.Ra
 def test_a_replica_output_has_every_ability(target: Target) -> None:
     output = target.new_output()
     assert isinstance(output, Output) and output.name
-    for ability in (CheckpointingOutput, PipelineBound, FencedOutput, DiscardingOutput):
+    for ability in (CheckpointingOutput, PipelineBound, FencedOutput, DiscardingOutput,
+                    TableAwareOutput):
         assert isinstance(output, ability), ability
     assert isinstance(output, Checkable) == isinstance(output, SqlOutput)
 

@@ -1,5 +1,6 @@
 """The capture process of the replica crash test (no tests here): a pipeline from a source
-(PostgreSQL or MariaDB) into one replica output, with an initial dump, run until SIGTERM.
+(PostgreSQL or MariaDB) into one replica output, with an initial dump, run until SIGTERM. The
+output gets the source's table metadata from the engine, as from a YAML configuration.
 
     python -m tests.integration.test_replica_outputs_child <kind> <dsn> <output json> <state>
 """
@@ -16,16 +17,16 @@ from dblog.engine import EngineSettings
 from dblog.outputs.delta import DeltaOutput
 from dblog.outputs.sql import SqlOutput
 from tests.integration.sources import Kit
-from tests.replica_targets import ReplicaOutput, source_lookup
+from tests.replica_targets import ReplicaOutput
 
 
 def main(argv: list[str]) -> None:
     kind, dsn, raw, state = argv
     kit = Kit(kind, dsn)
     config: dict[str, Any] = json.loads(raw)
-    lookup = source_lookup(kit.chunk_reader())
-    output: ReplicaOutput = (SqlOutput(config, tables=lookup) if config["type"] == "sql"
-                             else DeltaOutput(config, tables=lookup))
+    # no table metadata given: the engine hands it over (TableAwareOutput.set_tables)
+    output: ReplicaOutput = (SqlOutput(config) if config["type"] == "sql"
+                             else DeltaOutput(config))
     settings = EngineSettings(chunk_size=50, chunk_delay_s=0.04, flush_interval_s=0.1,
                               heartbeat_interval_s=1, initial_dumps=(tuple(kit.tables),))
     pipeline = Pipeline(kit.connector("crash", "crash"), [output], state_path=state,
