@@ -17,7 +17,7 @@ from dblog.core.model import ChangeEvent, EncodedRow, Op, TableId
 from dblog.errors import FatalOutputError
 from dblog.formats.base import Record, format_by_name
 from dblog.formats.canal import CanalFormat
-from dblog.formats.changelog import LoggedImages
+from dblog.spi.source import LoggedImages
 from tests.changelog_consumers import CanalConsumer, ConsumerError, apply_lines
 from tests.changelog_streams import actions, expected_rows, run, table_info
 

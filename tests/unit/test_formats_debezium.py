@@ -17,8 +17,8 @@ from dblog.core.model import ChangeEvent, EncodedRow, Op, TableId
 from dblog.core.positions import Position
 from dblog.errors import ConfigError, FatalOutputError
 from dblog.formats.base import Record, format_by_name
-from dblog.formats.changelog import LoggedImages
 from dblog.formats.debezium import DebeziumFormat
+from dblog.spi.source import LoggedImages
 from tests.changelog_consumers import ConsumerError, Ddl, DebeziumConsumer, apply_lines
 from tests.changelog_streams import TYPES, actions, expected_rows, run, table_info
 
