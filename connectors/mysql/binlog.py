@@ -294,6 +294,10 @@ class MysqlLogReader:
             self._commit(out, event, packet)
         elif kind is QueryEvent:
             self._on_query(event, out, packet)
+        elif kind is RotateEvent and self._stream is not None:
+            # table ids are per server run: after a crash the next file starts with only a
+            # "fake" rotate, on which mysql-replication keeps its (frozen) table maps
+            self._stream.table_map.clear()
 
     def _begin(self, out: list[LogItem], position: Position | None, txid: int,
                event: Any) -> None:

@@ -18,7 +18,14 @@ from dblog.core.model import TableId
 from dblog.engine import EngineSettings, PhaseHooks
 from dblog.outputs.jsonl import JsonlOutput
 
-from .pgutil import check_commit_order, check_no_time_travel, read_events, replayed, wait_until
+from .pgutil import (
+    check_commit_order,
+    check_no_time_travel,
+    dump_state,
+    read_events,
+    replayed,
+    wait_until,
+)
 from .sources import Kit
 from .workload import maria_connect
 
@@ -54,7 +61,7 @@ def _catch_up(pipeline: Pipeline, kit: Kit) -> None:
 
 def _dump(pipeline: Pipeline, tables: list[str], timeout: float = 120) -> str:
     dump_id = pipeline.dump(tables)
-    wait_until(lambda: pipeline.dump_status(dump_id)["state"] == "done", timeout, "the dump")
+    wait_until(lambda: dump_state(pipeline, dump_id) == "done", timeout, "the dump")
     return dump_id
 
 
@@ -104,7 +111,7 @@ def test_case_insensitive_keys_follow_the_collation(maria: Kit, tmp_path: Path) 
     maria.execute("INSERT INTO t_ci SELECT concat('Key', lpad(seq, 3, '0')), nextval(ver_seq), "
                   "'init' FROM seq_0_to_199")
     pipeline = _pipeline(maria, tmp_path, chunk=10).start()
-    stop, errors, counts = threading.Event(), [], Counter[str]()
+    stop, errors, counts = threading.Event(), list[BaseException](), Counter[str]()
     writers = [threading.Thread(target=_ci_writer, args=(maria, stop, s, errors, counts))
                for s in (1, 2)]
     try:

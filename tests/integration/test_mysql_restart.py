@@ -23,7 +23,7 @@ from dblog.engine import EngineSettings
 from dblog.outputs.jsonl import JsonlOutput
 
 from .mysql_fixtures import admin_connect
-from .pgutil import read_events, replayed, wait_until
+from .pgutil import dump_state, read_events, replayed, wait_until
 from .sources import Kit
 
 pytestmark = pytest.mark.integration
@@ -123,7 +123,7 @@ def test_capture_rides_out_server_restarts_mid_dump_and_mid_stream(
         dump_id = pipeline.dump([kit.table("t_r")])
         wait_until(lambda: _dumped(pipeline, dump_id) > 3000, 60, "dump progress")
         server.restart(down_s=1.0, sig=sig)  # mid-dump
-        wait_until(lambda: pipeline.dump_status(dump_id)["state"] == "done", 180, "the dump")
+        wait_until(lambda: dump_state(pipeline, dump_id) == "done", 180, "the dump")
         done = sum(w.done for w in writers)
         wait_until(lambda: sum(w.done for w in writers) > done + 500, 60, "writes after it")
         server.restart(down_s=1.0, sig=sig)  # mid-stream

@@ -7,6 +7,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -14,6 +15,9 @@ from dblog.errors import FatalSourceError
 
 from .sources import Kit
 from .workload import maria_connect
+
+if TYPE_CHECKING:
+    from dblog.connectors.mysql import MysqlConnector
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +27,7 @@ def maria(maria_dsn: str) -> Kit:
     return Kit("mariadb", maria_dsn)
 
 
-def _connector(dsn: str, server_id: int = 4242, instance: str = "setup") -> object:
+def _connector(dsn: str, server_id: int = 4242, instance: str = "setup") -> MysqlConnector:
     from dblog.connectors.mysql import MysqlConnector
 
     return MysqlConnector({"dsn": dsn, "server_id": server_id}, instance)
@@ -99,7 +103,7 @@ def test_a_server_id_clash_is_refused(maria: Kit, tmp_path: Path) -> None:
             time.sleep(0.1)
         error = _refusal(_connector(maria.dsn, 4343, "second"))
         assert "already used by the replica 'dblog-first'" in error.message
-        _connector(maria.dsn, 4343, "first").prepare()  # type: ignore[attr-defined]
+        _connector(maria.dsn, 4343, "first").prepare()
     finally:
         first.stop()
 

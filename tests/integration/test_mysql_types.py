@@ -17,7 +17,7 @@ from dblog.app.pipeline import Pipeline
 from dblog.engine import EngineSettings
 from dblog.outputs.jsonl import JsonlOutput
 
-from .pgutil import read_events, replayed, wait_until
+from .pgutil import dump_state, read_events, replayed, wait_until
 from .sources import Kit
 from .workload import maria_connect
 
@@ -84,7 +84,7 @@ def _run(kit: Kit, tmp: Path, tables: list[str], inserts: list[str]) -> list[dic
     try:
         _execute_zero_dates(kit, inserts)
         dump_id = pipeline.dump(tables)
-        wait_until(lambda: pipeline.dump_status(dump_id)["state"] == "done", 60, "the dump")
+        wait_until(lambda: dump_state(pipeline, dump_id) == "done", 60, "the dump")
         statements = []
         for table in tables:
             statements.append(f"UPDATE {table} SET v = v + 1")
