@@ -18,6 +18,8 @@ line on stdout, progress on stderr:
 * stream: U single-row UPDATEs (transactions of 1,000) written while dblog is stopped, then
   consumed (events/s until committed), against the raw loop writing the U updated rows the same
   way.
+* jsonl_dump_rows_per_s: the same dump into a JSON-lines file in the same run: the engine's
+  own dump rate here, which bounds every output's.
 * merge_cost (Delta): the time of one dblog MERGE of 1,000 keys (clustered: consecutive ids;
   scattered: random ids) into a Delta table of S rows, for each S of ``--merge-sizes``.
 """
@@ -72,14 +74,14 @@ def make_output(kind: str, target: str, url: str, dsn: str) -> tuple[Any, Any]:
     return DeltaOutput({"path": url}, tables=lookup), reader
 
 
-def dblog_dump(dsn: str, output: Any, workdir: Path, chunk: int) -> dict[str, Any]:
+def dblog_dump(dsn: str, output: Any, workdir: Path, chunk: int,
+               name: str = "bench_rep") -> dict[str, Any]:
     from dblog.app.pipeline import Pipeline
     from dblog.connectors.postgres import PostgresConnector
     from dblog.engine import EngineSettings
 
-    pipeline = Pipeline(PostgresConnector({"dsn": dsn, "tables": [TABLE], "slot": "bench_rep"},
-                                          "bench_rep"), [output],
-                        state_path=str(workdir / "state.json"),
+    pipeline = Pipeline(PostgresConnector({"dsn": dsn, "tables": [TABLE], "slot": name}, name),
+                        [output], state_path=str(workdir / f"{name}-state.json"),
                         settings=EngineSettings(chunk_size=chunk))
     pipeline.start()
     try:
@@ -108,7 +110,7 @@ def dblog_stream(dsn: str, output: Any, workdir: Path, updates: int) -> dict[str
         end = Lsn.parse(row[0])
     pipeline = Pipeline(PostgresConnector({"dsn": dsn, "tables": [TABLE], "slot": "bench_rep"},
                                           "bench_rep"), [output],
-                        state_path=str(workdir / "state.json"), settings=EngineSettings())
+                        state_path=str(workdir / "bench_rep-state.json"), settings=EngineSettings())
     started = time.monotonic()
     pipeline.start()
     try:
@@ -280,6 +282,11 @@ def measure(args: argparse.Namespace, dsn: str, workdir: Path) -> dict[str, Any]
         output, reader = make_output(args.output, args.target, url, dsn)
         progress(f"dblog dump into {output.name}")
         dump = dblog_dump(dsn, output, workdir, args.chunk_size)
+        from dblog.outputs.jsonl import JsonlOutput
+
+        progress("dblog dump into a jsonl file (the engine's own limit in this run)")
+        engine = dblog_dump(dsn, JsonlOutput({"path": str(workdir / "ref.jsonl")}), workdir,
+                            args.chunk_size, "bench_ref")
         output, reader2 = make_output(args.output, args.target, url, dsn)
         progress(f"dblog stream of {args.updates} updates")
         stream = dblog_stream(dsn, output, workdir, args.updates)
@@ -292,6 +299,7 @@ def measure(args: argparse.Namespace, dsn: str, workdir: Path) -> dict[str, Any]
             server.stop()
         with psycopg.connect(dsn, autocommit=True) as conn:  # leave a --dsn server as it was
             drop_slot(conn, "bench_rep")
+            drop_slot(conn, "bench_ref")
             conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
     dump_rate, stream_rate = dump["rows"] / dump["seconds"], args.updates / stream["seconds"]
     return {
@@ -301,6 +309,7 @@ def measure(args: argparse.Namespace, dsn: str, workdir: Path) -> dict[str, Any]
         "dump_rows_per_s": round(dump_rate, 1),
         "raw_dump_rows_per_s": round(result["raw_dump"], 1),
         "dump_ratio": round(dump_rate / result["raw_dump"], 4),
+        "jsonl_dump_rows_per_s": round(engine["rows"] / engine["seconds"], 1),
         "stream_events_per_s": round(stream_rate, 1),
         "raw_stream_events_per_s": round(result["raw_stream"], 1),
         "stream_ratio": round(stream_rate / result["raw_stream"], 4),
