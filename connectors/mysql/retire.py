@@ -1,5 +1,6 @@
-"""``dblog retire`` for MySQL/MariaDB: delete the pipeline's watermark row and drop the
-watermark table once no row is left (a binlog reader holds no slot on the server)."""
+"""``dblog retire`` for MySQL/MariaDB: delete the pipeline's watermark rows (its own, and the
+recorded first start if no commit removed it yet) and drop the watermark table once no row is
+left (a binlog reader holds no slot on the server)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from dblog.core.model import TableId
 
 from .db import query, quote
+from .startrecord import start_row
 
 
 def what_goes(conn: Any, table: TableId, instance: str) -> list[str]:
@@ -16,8 +18,8 @@ def what_goes(conn: Any, table: TableId, instance: str) -> list[str]:
     if not exists:
         return []
     ident = f"{quote(table.schema)}.{quote(table.name)}"
-    others = query(conn, f"SELECT COUNT(*) FROM {ident} WHERE name <> %s", (instance,),
-                   "reading the watermark table")
+    others = query(conn, f"SELECT COUNT(*) FROM {ident} WHERE name NOT IN (%s, %s)",
+                   (instance, start_row(instance)), "reading the watermark table")
     found = [f"row {instance!r} of {table}"]
     if others and int(others[0][0]) == 0:
         found.append(f"table {table} (no other pipeline uses it)")
@@ -28,7 +30,8 @@ def retire(conn: Any, table: TableId, instance: str) -> list[str]:
     gone = what_goes(conn, table, instance)
     ident = f"{quote(table.schema)}.{quote(table.name)}"
     if gone:
-        query(conn, f"DELETE FROM {ident} WHERE name = %s", (instance,), "retiring the pipeline")
+        query(conn, f"DELETE FROM {ident} WHERE name IN (%s, %s)", (instance, start_row(instance)),
+              "retiring the pipeline")
     if any(g.startswith("table ") for g in gone):
         query(conn, f"DROP TABLE {ident}", None, "retiring the pipeline")
     conn.commit()

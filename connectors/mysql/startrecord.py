@@ -23,12 +23,17 @@ log = logging.getLogger("dblog.connectors.mysql")
 VALUE_LENGTH = 191  # the watermark table's value column (setup.ensure_watermark_table)
 
 
+
+def start_row(instance: str) -> str:
+    """The name of the row that records ``instance``'s first start."""
+    return f"{instance}@start"
+
 class WatermarkStartRecord:
     """A :class:`connectors.mysql.binlog.StartRecord` in the watermark table."""
 
     def __init__(self, conn: Callable[[], Any], table: TableId, instance: str) -> None:
         self.conn = conn
-        self.name = f"{instance}@start"
+        self.name = start_row(instance)
         self.table = f"{quote(table.schema)}.{quote(table.name)}"
 
     def load(self) -> Position | None:
