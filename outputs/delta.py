@@ -247,8 +247,10 @@ class DeltaOutput:
             return {}
         source = dtab.batch(replica.kinds, replica.key, changes,
                             pa.schema(table.schema().to_arrow()))
-        predicate = dtab.merge_predicate(replica.kinds, replica.key, source)
         replica.merges += 1
+        if dtab.beyond_stored_keys(table, replica.kinds, replica.key, source):
+            return dtab.append(table, source, props)
+        predicate = dtab.merge_predicate(replica.kinds, replica.key, source)
         return dtab.merge(table, source, predicate, props)
 
     def _evolve(self, replica: DeltaReplica, rows: list[Row | None]) -> None:

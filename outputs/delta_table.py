@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from dblog.core.model import Key, Row
 from dblog.errors import FatalOutputError, LeadershipLost
@@ -168,6 +168,32 @@ def merge(table: DeltaTable, source: pa.Table, predicate: str,
     metrics: dict[str, Any] = (merger.when_matched_update_all(predicate=NEWER)
                                .when_not_matched_insert_all().execute())
     return metrics
+
+
+def beyond_stored_keys(table: DeltaTable, kinds: dict[str, ColumnKind], key: Sequence[str],
+                       source: pa.Table) -> bool:
+    """Whether every key of ``source`` lies above the table's greatest stored key (an integer
+    key of one column, by the files' statistics): then no stored row can match, and the MERGE
+    would insert every row, which an append does without joining (a dump into an empty or
+    growing table). False when a file has no statistics for the key."""
+    column = key[0]
+    if len(key) != 1 or kinds[column].kind is not Kind.INT or not source.num_rows:
+        return False
+    actions = pa.table(table.get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return True
+    name = f"max.{column}"
+    if name not in actions.column_names or actions.column(name).null_count:
+        return False
+    stored = pc.max(actions.column(name)).as_py()
+    return bool(pc.min(source.column(column)).as_py() > stored)
+
+
+def append(table: DeltaTable, source: pa.Table, props: CommitProperties) -> dict[str, Any]:
+    """Rows no stored row matches (:func:`beyond_stored_keys`), appended."""
+    write_deltalake(table, source, mode="append", schema_mode="merge",
+                    commit_properties=props)
+    return {"num_target_rows_inserted": source.num_rows, "appended": True}
 
 
 def guard_below(bound: Guard) -> str:
