@@ -35,7 +35,7 @@ from dblog.core.positions import decode_position
 from dblog.errors import DblogError, FatalOutputError, LeadershipLost, RetryableOutputError
 from dblog.formats.base import TableLookup, no_tables
 from dblog.replica import ApplyState, Plan, TablePlan, plan_batch, purge_bound, scheme_for
-from dblog.spi import Checkpoint
+from dblog.spi import Checkpoint, Finding
 
 from . import delta_table as dtab
 from .delta_checkpoint import CheckpointTable
@@ -315,6 +315,24 @@ class DeltaOutput:
         hours = self.config.vacuum_retention_hours
         if hours is not None:
             table.vacuum(hours, dry_run=False, enforce_retention_duration=False)
+
+    def check(self) -> list[Finding]:
+        """The folder is writable, and each Delta table in it is a dblog replica."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            probe = self.root / ".dblog-check"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            return [Finding("error", f"{self.name}: cannot write {self.root}: {exc}",
+                            "create the folder and give the pipeline's user write access")]
+        findings = [Finding("ok", f"{self.name}: {self.root} is writable")]
+        for path in self._table_folders():
+            table = DeltaTable(str(path))
+            if dtab.KEY_PROPERTY not in table.metadata().configuration:
+                findings.append(Finding("error", f"Delta table {path} is not a dblog replica",
+                                        "move it away, or set table_path to other folders"))
+        return findings
 
     # -- readers --------------------------------------------------------------------------------
 
