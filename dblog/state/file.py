@@ -32,6 +32,8 @@ class FileStateStore:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
+        self._written: int | None = None
+        """The version this store last wrote (a file gone since then was removed)."""
 
     def _read(self) -> dict[str, Any] | None:
         try:
@@ -86,7 +88,8 @@ class FileStateStore:
     def _save_locked(self, data: dict[str, object], expected_version: int | None,
                      epoch: int) -> int:
         current = self._read()
-        if current is None and expected_version is not None:
+        if current is None and expected_version is not None \
+                and expected_version == self._written:  # this store wrote it: it was removed
             raise StateError(
                 f"state file {self.path} was removed while the pipeline ran (its version was "
                 f"{expected_version})", fix="put the file back and restart; or, to start over, "
@@ -96,6 +99,7 @@ class FileStateStore:
         check_fence(current_version, current_epoch, expected_version, epoch, str(self.path))
         version = 0 if current_version is None else current_version + 1
         self._replace({"version": version, "epoch": epoch, "data": data})
+        self._written = version
         return version
 
     def _replace(self, doc: dict[str, Any]) -> None:

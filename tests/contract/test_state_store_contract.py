@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import threading
@@ -13,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from dblog.core.dumps import dump_to_json, tables_dump
+from dblog.core.model import TableId
 from dblog.errors import FencedError, StateError
 from dblog.spi import StateStore
 from dblog.state import FileStateStore
@@ -139,11 +142,13 @@ def test_data_round_trips_exactly(store: StateStore) -> None:
 def test_changing_the_saved_dict_afterwards_does_not_change_the_stored_state(
     store: StateStore,
 ) -> None:
-    data: dict[str, object] = {"seq": 1, "dumps": [{"id": "a"}]}
+    dump = dump_to_json(tables_dump([TableId("public", "t")]))  # a nested, valid state
+    data: dict[str, object] = {"seq": 1, "dumps": [dump]}
+    saved = copy.deepcopy(data)
     store.save(data, None, 0)
     data["seq"] = 2
     data["dumps"][0]["id"] = "b"  # type: ignore[index]
-    assert store.load().data == {"seq": 1, "dumps": [{"id": "a"}]}  # type: ignore[union-attr]
+    assert store.load().data == saved  # type: ignore[union-attr]
 
 
 def test_loaded_data_is_not_aliased_to_later_saves(store: StateStore) -> None:
@@ -194,7 +199,7 @@ def test_file_store_keeps_the_old_state_when_a_write_is_torn(
         raise OSError("power lost")
 
     monkeypatch.setattr(os, "fsync", crash)
-    with pytest.raises(OSError):
+    with pytest.raises(StateError, match="power lost"):  # the file store names the file
         store.save({"seq": 2, "big": "x" * 100_000}, v0, 0)
     monkeypatch.setattr(os, "fsync", real_fsync)
     stored = FileStateStore(path).load()
@@ -214,7 +219,7 @@ def test_file_store_keeps_the_old_state_when_the_rename_fails(
         raise OSError("crash before rename")
 
     monkeypatch.setattr(os, "replace", fail)
-    with pytest.raises(OSError):
+    with pytest.raises(StateError, match="crash before rename"):
         store.save({"seq": 2}, v0, 0)
     monkeypatch.undo()
     stored = store.load()
