@@ -123,7 +123,7 @@ BAD = [
     ({"tables": ["public.t_int; DROP TABLE t_int"]}, "tables.0"),
     ({"tables": ["t_int\" ; DROP TABLE t_int; --"]}, "tables.0"),
     ({"table": "public.t_int", "keys": [[1, 2]]}, "1 value(s)"),
-    ({"table": "public.t_int", "keys": [["abc"]]}, "malformed key"),
+    ({"table": "public.t_int", "keys": [["abc"]]}, "key value for column id (integer) of public.t_int is refused"),
     ({"table": "public.t_int", "keys": [[1], [1, 2]]}, "same number of values"),
     ({"table": "public.t_int", "keys": []}, "keys"),
     ({"table": "public.t_int", "keys": [[{"x": 1}]]}, "keys.0.0"),
