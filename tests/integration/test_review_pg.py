@@ -71,6 +71,8 @@ class _Proxy:
     def cut(self) -> None:
         self.process.kill()
         self.process.wait()
+        if self.process.stdout is not None:  # else a ResourceWarning in whichever test collects it
+            self.process.stdout.close()
 
     close = cut
 
