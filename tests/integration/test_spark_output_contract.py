@@ -25,6 +25,7 @@ from dblog.spi import (
 )
 from tests.contract import test_replica_output_contract as contract
 from tests.replica_targets import DeltaTarget, int_info
+from tests.unit.test_replica_sim import reference
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -45,7 +46,8 @@ class SparkTarget(DeltaTarget):
 
     def new_output(self, epoch: int = 1, pipeline: str = "contract",  # type: ignore[override]
                    **config: Any) -> SparkOutput:
-        top = {k: config.pop(k) for k in ("commit_interval_s", "commit_every") if k in config}
+        top: dict[str, Any] = {k: config.pop(k) for k in ("commit_interval_s", "commit_every")
+                               if k in config}
         sink = {"type": "delta", "path": str(self.path), **config}
         output = SparkOutput({"type": "spark", "sinks": [sink], "commit_interval_s": 0, **top},
                              tables=self.lookup, session=self.spark)
@@ -111,6 +113,6 @@ def test_commits_at_most_every_commit_interval_and_at_close(target: SparkTarget)
     output.open(0)
     output.write(events)
     assert output.flush() == 0  # not due: nothing written, nothing acknowledged
-    assert contract.live(target) == contract.reference(events)[0]
+    assert contract.live(target) == reference(events)[0]
     output.close()  # writes what waits
-    assert contract.live(target) == contract.reference(events)[-1]
+    assert contract.live(target) == reference(events)[-1]
