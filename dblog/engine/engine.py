@@ -41,7 +41,7 @@ from dblog.engine.delivery import Delivery
 from dblog.engine.jobs import BlockingChunkRead, InlineRunner, Runner, overlapping_runner
 from dblog.engine.loop import LogForwarder, TransactionBoundary
 from dblog.engine.scheduler import DumpScheduler, log_skipped
-from dblog.engine.settings import EngineSettings, Knobs, PhaseHooks
+from dblog.engine.settings import MAX_CHUNK_SIZE, EngineSettings, Knobs, PhaseHooks
 from dblog.errors import DblogError, DumpRequestError, LeadershipLost
 from dblog.runtime.clock import SingleNodeLeadership, SystemClock
 from dblog.spi import (
@@ -284,12 +284,20 @@ class Engine:
         return self._on_engine_thread(change)
 
     def set_knobs(self, chunk_size: int | None = None, chunk_delay_s: float | None = None) -> None:
+        """Change the knobs (any thread); a value of the wrong type or range is refused with a
+        DumpRequestError and changes nothing (``True`` is no chunk size, NaN no delay)."""
+        if chunk_size is not None and (type(chunk_size) is not int
+                                       or not 1 <= chunk_size <= MAX_CHUNK_SIZE):
+            raise DumpRequestError(f"chunk_size must be a whole number from 1 to "
+                                   f"{MAX_CHUNK_SIZE}, got {chunk_size!r}")
+        if chunk_delay_s is not None and (isinstance(chunk_delay_s, bool) or not isinstance(
+                chunk_delay_s, (int, float)) or not chunk_delay_s <= 3600):  # NaN too
+            raise DumpRequestError(f"chunk_delay_s must be a number of seconds up to 3600, "
+                                   f"got {chunk_delay_s!r}")
         if chunk_size is not None:
-            if chunk_size < 1:
-                raise DumpRequestError("chunk_size must be at least 1")
             self.knobs.chunk_size = chunk_size
         if chunk_delay_s is not None:
-            self.knobs.chunk_delay_s = max(0.0, chunk_delay_s)
+            self.knobs.chunk_delay_s = max(0.0, float(chunk_delay_s))
 
     def stop(self) -> None:
         self._stop.set()

@@ -177,3 +177,18 @@ def test_validation_errors_of_a_connector_are_wrapped_not_raised() -> None:
     run.go()
     assert "int too large" in rejection(bad)
     assert good.result(0)
+
+
+@pytest.mark.parametrize("knobs", [
+    {"chunk_size": True}, {"chunk_size": 0}, {"chunk_size": 10**7}, {"chunk_size": 2.5},
+    {"chunk_size": "100"}, {"chunk_delay_s": float("nan")}, {"chunk_delay_s": float("inf")},
+    {"chunk_delay_s": False}, {"chunk_delay_s": "1"},
+    {"chunk_size": 5, "chunk_delay_s": float("nan")},
+])
+def test_bad_knobs_are_refused_and_change_nothing(knobs: dict[str, Any]) -> None:
+    run = Run(make_db(), [ListOutput()], MemoryStateStore(), settings=fast_settings(7))
+    with pytest.raises(DumpRequestError):
+        run.engine.set_knobs(**knobs)
+    assert (run.engine.knobs.chunk_size, run.engine.knobs.chunk_delay_s) == (7, 0.0)
+    run.engine.set_knobs(chunk_size=9, chunk_delay_s=1)
+    assert (run.engine.knobs.chunk_size, run.engine.knobs.chunk_delay_s) == (9, 1.0)
