@@ -10,9 +10,9 @@ order. Every copy carries the same ``dblog.seq`` and ``dblog.pos`` headers and v
 consumer that keeps the last record per key in partition order (or compares positions) is
 unaffected by the repeats.
 
-Order: the records of one flush are one DataFrame partition, so one task sends them in stream
-order; keyed records go through Kafka's default partitioner (murmur2 of the key, as the
-``kafka`` output's ``murmur2_random``), table-level events to explicit partitions.
+Order: the records of one flush are coalesced into one DataFrame partition, so one task sends
+them in stream order; keyed records go through Kafka's default partitioner (murmur2 of the
+key, as the ``kafka`` output's ``murmur2_random``), table-level events to explicit partitions.
 """
 
 from __future__ import annotations
@@ -102,7 +102,10 @@ class SparkKafkaWriter:
         records = [r for event in events for r in self.planner.plan(event)]
         if not records:
             return 0
-        writer: Any = arrow_frame(self.spark, record_table(records)).write.format("kafka")
+        # one task sends them in order: Spark spreads a local relation over
+        # defaultParallelism partitions, whose tasks would interleave one key's records
+        frame = arrow_frame(self.spark, record_table(records)).coalesce(1)
+        writer: Any = frame.write.format("kafka")
         writer = writer.option("kafka.bootstrap.servers", self.config.bootstrap_servers)
         for key, value in self.config.options.items():
             writer = writer.option(key, value)

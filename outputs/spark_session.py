@@ -167,7 +167,8 @@ def check_classes(spark: SparkSession, delta: bool, kafka: bool) -> None:
 
 
 def arrow_frame(spark: SparkSession, table: pa.Table) -> DataFrame:
-    """``table`` as a DataFrame of one partition (rows keep their order)."""
+    """``table`` as a DataFrame (a local relation: Spark spreads it over
+    ``defaultParallelism`` partitions; ``coalesce(1)`` where the row order matters)."""
     from pyspark.sql import DataFrame
     from pyspark.sql.pandas.serializers import ArrowStreamSerializer
     from pyspark.sql.pandas.types import from_arrow_schema
