@@ -105,7 +105,16 @@ def main(argv: list[str] | None = None) -> int:
         cmd.add_argument("--config", "-c", required=True, help="YAML configuration file")
     add_commands(sub)
     cli_retire.add_command(sub)
+    apply = sub.add_parser("spark-apply", help="apply dblog's Kafka topics to Delta tables "
+                           "with Spark Structured Streaming (docs/outputs/spark.md)")
+    apply.add_argument("--config", "-c", required=True, help="the job's YAML file")
     args = parser.parse_args(argv)
+    if args.command == "spark-apply":
+        from dblog.outputs.spark_apply import main as spark_apply
+
+        logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: "
+                            "%(message)s")
+        return spark_apply(args.config)
     try:
         config = load_config(args.config)
         logging.basicConfig(level=config.log_level,

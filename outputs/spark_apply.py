@@ -1,0 +1,269 @@
+"""The Spark apply job: Structured Streaming reads dblog's Kafka topics with Spark's Kafka
+source (``read_committed``) and applies each micro-batch to Delta tables with ``foreachBatch``
+and the Spark output's guarded MERGE (:class:`.spark_delta.SparkDeltaWriter`); Spark's
+checkpoint keeps the offsets. ``dblog spark-apply --config job.yaml`` runs it; so does
+:func:`run_apply` (or :class:`ApplyJob` for a caller's own session); docs/outputs/spark.md.
+
+The guard of a record is its place in Kafka, ``(major, minor) = (offset, partition)``. Why not
+the source's guard: the records of one table's topic do not carry the transaction's commit
+position a PostgreSQL guard needs (BEGIN/COMMIT are not in table topics), and dblog keeps a
+key's records in one partition in stream order, so a key's offsets are its stream order. A
+record sent again (an at-least-once repeat after a capture crash) comes later with the same
+content, and a micro-batch Spark runs again after a crash of the job meets its own rows
+(equal guards, no change). A truncate is a record on every partition of its table's topic:
+each deletes the rows of its own partition below its offset (``minor = p AND major < o``).
+This needs a fixed partition count (adding partitions moves keys, for every Kafka consumer).
+
+Each micro-batch is collected to the driver (``max_offsets_per_trigger`` bounds it) and
+reduced by the apply core (last change per key, tombstones, kept TOAST columns) before its
+MERGEs, one per table (one per table and partition when a truncate is in the batch).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from dblog.core.model import ChangeEvent, ColumnInfo, Op, TableId, TableInfo
+from dblog.errors import ConfigError, DblogError, FatalOutputError
+from dblog.replica import Guard, TablePlan
+from dblog.replica.reduce import Fold
+
+from .spark_apply_config import ApplyConfig, TableSpec
+from .spark_config import SparkConfig
+from .spark_delta import SparkDeltaWriter
+from .spark_session import check_classes, start_session
+from .spark_target import classify
+from .sql_kinds import GUARD_MAJOR, GUARD_MINOR
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+log = logging.getLogger("dblog.outputs.spark_apply")
+_SKIPPED = frozenset({Op.BEGIN, Op.COMMIT, Op.SCHEMA})
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    partition: int
+    offset: int
+    doc: dict[str, Any]
+
+    @property
+    def table(self) -> TableId:
+        return TableId(self.doc["schema"], self.doc["table"])
+
+    def event(self) -> ChangeEvent:
+        """The change; a key change arrives as the old key's delete record (in its own
+        partition) and this upsert, so ``old_key`` is left out."""
+        doc = self.doc
+        key = doc.get("key")
+        return ChangeEvent(Op(doc["op"]), self.table, None if key is None else tuple(key),
+                           after=doc.get("after"), unchanged=tuple(doc.get("unchanged", ())),
+                           seq=int(doc.get("seq", -1)))
+
+
+def _type_name(value: Any) -> str | None:
+    for kind, name in ((bool, "boolean"), (int, "bigint"), (float, "double precision"),
+                       (str, "text")):
+        if isinstance(value, kind):
+            return name
+    return None if value is None else "any"
+
+
+def infer_table(table: TableId, docs: Iterable[dict[str, Any]]) -> TableInfo:
+    """Key names and column types from records (see the config's docstring)."""
+    fix = f"set tables.{table}.key (and columns) in the job's configuration"
+    candidates: list[set[str]] | None = None
+    types: dict[str, str | None] = {}
+    for doc in docs:
+        after, key = doc.get("after"), doc.get("key")
+        if not isinstance(after, dict) or key is None:
+            continue
+        found = [{c for c, v in after.items() if v == k and type(v) is type(k)} for k in key]
+        candidates = found if candidates is None else \
+            [a & b for a, b in zip(candidates, found, strict=True)]
+        for column, value in after.items():
+            if types.get(column) is None:
+                types[column] = _type_name(value)
+    if candidates is None or any(len(c) != 1 for c in candidates):
+        raise FatalOutputError(f"spark-apply: cannot tell the key columns of {table} from its "
+                               f"records (candidates {candidates})", fix=fix)
+    columns = tuple(ColumnInfo(c, t or "any") for c, t in types.items())
+    return TableInfo(table, columns, tuple(next(iter(c)) for c in candidates))
+
+
+class JobTables:
+    """The job's table metadata: the configuration's entries, else inferred once."""
+
+    def __init__(self, specs: dict[str, TableSpec]) -> None:
+        self.infos: dict[TableId, TableInfo] = {}
+        for name, spec in specs.items():
+            table = TableId.parse(name)
+            columns = tuple(ColumnInfo(c, t) for c, t in spec.columns.items())
+            self.infos[table] = TableInfo(table, columns, tuple(spec.key))
+
+    def lookup(self, table: TableId) -> TableInfo | None:
+        return self.infos.get(table)
+
+    def learn(self, records: Iterable[Record]) -> None:
+        unknown: dict[TableId, list[dict[str, Any]]] = defaultdict(list)
+        for record in records:
+            if record.table not in self.infos:
+                unknown[record.table].append(record.doc)
+        for table, docs in unknown.items():
+            self.infos[table] = infer_table(table, docs)
+            log.info("spark-apply: %s inferred: key %s", table, self.infos[table].key_columns)
+
+
+def decode(rows: Iterable[Any]) -> list[Record]:
+    """Kafka rows (partition, offset, value) as records in partition and offset order;
+    tombstones (null values: the delete before them did the work) and transaction markers
+    are left out."""
+    out = []
+    for row in rows:
+        value = row["value"]
+        if value is None:
+            continue
+        doc = orjson.loads(bytes(value))
+        if not isinstance(doc, dict) or "table" not in doc or Op(doc["op"]) in _SKIPPED:
+            continue
+        out.append(Record(int(row["partition"]), int(row["offset"]), doc))
+    out.sort(key=lambda r: (r.partition, r.offset))
+    return out
+
+
+def plan_records(records: list[Record]) -> list[tuple[TablePlan, int | None]]:
+    """Table plans, each with the partition its truncate holds for (None: no truncate)."""
+    by_table: dict[TableId, list[Record]] = defaultdict(list)
+    for record in records:
+        by_table[record.table].append(record)
+    out: list[tuple[TablePlan, int | None]] = []
+    for table_records in by_table.values():
+        groups: dict[int | None, list[Record]] = defaultdict(list)
+        split = any(r.doc["op"] == Op.TRUNCATE.value for r in table_records)
+        for record in table_records:
+            groups[record.partition if split else None].append(record)
+        for partition, group in groups.items():
+            fold = Fold({})
+            for record in group:
+                fold.add(record.event(), Guard(record.offset, record.partition))
+            out.extend((plan, partition) for plan in fold.plans())
+    return out
+
+
+class ApplyJob:
+    """One run of the apply job (open, then start; stop ends it)."""
+
+    def __init__(self, config: ApplyConfig, session: SparkSession | None = None) -> None:
+        self.config, self._given = config, session
+        self.tables = JobTables(config.tables)
+        self.spark: SparkSession | None = None
+        self.writer: SparkDeltaWriter | None = None
+        self.query: StreamingQuery | None = None
+        self.batches = 0
+
+    def _session_config(self) -> SparkConfig:
+        c = self.config
+        return SparkConfig(master=c.master, app_name=c.app_name, conf=c.conf, jars=c.jars,
+                           connect_timeout_s=c.connect_timeout_s, sinks=[c.delta])
+
+    def open(self) -> None:
+        """Start or adopt the session, check it and every existing table the configuration
+        names, before any record is read."""
+        if self._given is not None:
+            check_classes(self._given, True, True)
+            base = self._given
+        else:
+            base, _ = start_session(self._session_config(), kafka=True)
+        try:
+            spark = self.spark = base.newSession()
+            self.writer = SparkDeltaWriter(spark, self.config.delta, self.tables.lookup,
+                                           self.config.name, 0, checkpoint=False)
+            self.writer.open()
+        except Exception as exc:
+            raise classify(exc, "opening the Spark apply job") from exc
+
+    def apply_batch(self, frame: DataFrame, batch_id: int) -> None:
+        """foreachBatch: one micro-batch of Kafka rows applied to the Delta tables."""
+        writer = self.writer
+        assert writer is not None
+        records = decode(frame.select("partition", "offset", "value").collect())
+        self.tables.learn(records)
+        for plan, partition in plan_records(records):
+            where = None if partition is None or plan.truncate is None else \
+                f"{GUARD_MINOR} = {partition} AND {GUARD_MAJOR} < {plan.truncate.major}"
+            writer.apply(plan, batch_id, truncate_where=where)
+        self.batches += 1
+        log.info("spark-apply: batch %d: %d record(s) applied", batch_id, len(records))
+
+    def start(self) -> StreamingQuery:
+        spark, kafka = self.spark, self.config.kafka
+        if spark is None:
+            raise ConfigError("the apply job is not open", fix="call open() before start()")
+        reader = (spark.readStream.format("kafka")
+                  .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+                  .option("kafka.isolation.level", "read_committed")
+                  .option("startingOffsets", kafka.starting_offsets)
+                  .option("failOnDataLoss", "true"))
+        if kafka.topics is not None:
+            reader = reader.option("subscribe", ",".join(kafka.topics))
+        else:
+            assert kafka.topic_pattern is not None
+            reader = reader.option("subscribePattern", kafka.topic_pattern)
+        if kafka.max_offsets_per_trigger is not None:
+            reader = reader.option("maxOffsetsPerTrigger", str(kafka.max_offsets_per_trigger))
+        for key, value in kafka.options.items():
+            reader = reader.option(key, value)
+        self.query = (reader.load().writeStream.foreachBatch(self.apply_batch)
+                      .option("checkpointLocation", self.config.checkpoint_location)
+                      .trigger(processingTime=f"{self.config.trigger_interval_s} seconds")
+                      .queryName(self.config.name).start())
+        return self.query
+
+    def stop(self) -> None:
+        if self.query is not None:
+            self.query.stop()
+            self.query = None
+
+
+def run_apply(config: ApplyConfig, session: SparkSession | None = None,
+              stop: threading.Event | None = None) -> None:
+    """Run the job until ``stop`` is set (or SIGTERM/SIGINT in the main thread) or it fails."""
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    job = ApplyJob(config, session)
+    job.open()
+    query = job.start()
+    try:
+        while not stop.is_set() and query.isActive:
+            stop.wait(1.0)
+        failure = query.exception()
+        if failure is not None:
+            raise FatalOutputError(f"the Spark apply job failed: {failure}",
+                                   fix="see the job's log; it resumes from its checkpoint")
+    finally:
+        job.stop()
+
+
+def main(path: str) -> int:
+    """``dblog spark-apply --config <path>``."""
+    from .spark_apply_config import load_apply_config
+
+    try:
+        run_apply(load_apply_config(path))
+    except DblogError as exc:
+        print(f"dblog spark-apply: {exc}", file=sys.stderr)
+        return 2
+    return 0
