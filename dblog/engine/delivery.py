@@ -72,6 +72,9 @@ class Delivery:
         self.last_seq = 0
         self._batch: list[ChangeEvent] = []
         self._points: list[CommitPoint] = []
+        self._flush_asked_seq = 0
+        """The last seq handed over when a flush was last asked for: a point at or below it
+        is never replaced by a later one (see :meth:`mark`)."""
         self.on_commit: Callable[[Position], None] | None = None
         self.is_leader: Callable[[], bool] = lambda: True
         self.metrics: MetricsSink = Counters()
@@ -87,7 +90,7 @@ class Delivery:
     def resume(self, state: PipelineState, version: int | None) -> None:
         self._check_leader()  # opening an output may cut it back: a leader's act
         self.state, self.version, self.last_seq = state, version, state.seq
-        self._batch, self._points = [], []
+        self._batch, self._points, self._flush_asked_seq = [], [], state.seq
         for output in self.outputs:
             if isinstance(output, PipelineBound):
                 output.bind(self.pipeline, self.epoch)
@@ -145,9 +148,16 @@ class Delivery:
 
     def mark(self, position: Position | None, dump: Dump | None = None,
              seq: int | None = None) -> None:
-        """A commit point at ``seq`` (default: the last emitted event)."""
+        """A commit point at ``seq`` (default: the last emitted event).
+
+        Consecutive plain points are merged into the newest, except a point a flush was
+        already asked to cover: outputs on their own thread acknowledge one flush behind, and
+        a point always moved past the last flush would never be acknowledged while the log
+        keeps flowing (no commit at all while catching up on a backlog)."""
         point = CommitPoint(self.last_seq if seq is None else seq, position, dump)
-        if self._points and self._points[-1].dump is None and dump is None:
+        last = self._points[-1] if self._points else None
+        if last is not None and last.dump is None and dump is None and \
+                last.seq > self._flush_asked_seq:
             self._points[-1] = point
         else:
             self._points.append(point)
@@ -167,6 +177,7 @@ class Delivery:
         self.deliver()
         self._check_leader()  # a frozen leader resumed between deliver and flush
         checkpoint = self._checkpoint()
+        self._flush_asked_seq = self.last_seq
         if wait:
             acks = {sink.name: sink.sync(checkpoint) for sink in self.sinks}
         else:

@@ -53,8 +53,11 @@ def test_health_schema_and_page_need_no_token(env: Env) -> None:
 
 
 def test_status(env: Env) -> None:
-    wait_until(lambda: env.client().get("/api/v1/status").json()["lag_s"] is not None, 10,
-               "a lag figure")
+    def ready() -> bool:  # the first commit point follows catching up by a heartbeat
+        status = env.client().get("/api/v1/status").json()
+        return status["lag_s"] is not None and status["committed_position"] is not None
+
+    wait_until(ready, 30, "a lag figure and a committed position")
     status = env.client().get("/api/v1/status").json()
     assert status["running"] is True and status["role"] == "single"
     assert status["committed_position"] and "/" in status["committed_position"]

@@ -86,7 +86,9 @@ def test_the_apply_job_restarted_from_its_checkpoint_rebuilds_the_source(
     rng = random.Random(5)
     with kit.writers(rows=1500, count=2, pause_s=0.005) as writers:
         proc = _start(config, log)
-        time.sleep(rng.uniform(4.0, 7.0))
+        target = rng.randint(3, 20)  # of about 90 chunks: the kill lands mid-dump on any machine
+        wait_until(lambda: (_dump_progress(state) or (0, ""))[0] >= target, 300,
+                   f"the dump to commit {target} chunks")
         progress = _dump_progress(state)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)

@@ -173,6 +173,31 @@ def test_delivery_commits_only_what_every_output_acknowledged() -> None:
     assert stored is not None and stored.data["seq"] == 4 and stored.data["position"] == "offset:40"
 
 
+class OneFlushBehind(ListOutput):
+    """Acknowledges at each flush what was written by the previous flush, like an output on
+    its own thread, whose flush is answered after the engine asked for the next one."""
+
+    def __init__(self) -> None:
+        super().__init__("behind")
+        self.previous = 0
+
+    def flush(self) -> int:
+        acked, self.previous = self.previous, super().flush()
+        return acked
+
+
+def test_commits_go_on_while_the_log_keeps_flowing_to_an_output_one_flush_behind() -> None:
+    out = OneFlushBehind()
+    delivery, _, _ = _delivery(out)
+    committed = []
+    for n in range(1, 11):  # a change and a commit point between every two commits
+        delivery.emit(ChangeEvent(Op.INSERT, TableId("s", "t"), (n,), after={"id": n}))
+        delivery.mark(LogOffset(n * 10))
+        committed.append(delivery.commit().seq)
+    assert committed == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert delivery.state.position == LogOffset(90)
+
+
 def test_delivery_retries_a_transient_failure_on_its_clock_and_loses_nothing() -> None:
     out = ListOutput()
     delivery, _, clock = _delivery(out)
