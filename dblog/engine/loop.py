@@ -79,33 +79,31 @@ class LogForwarder:
         """Told of each schema change (the table catalog of the outputs reads it again)."""
 
     def process(self, item: LogItem) -> None:
+        """One log item (the per-event path: one call, no helper, locals for what it uses)."""
         if isinstance(item, Watermark):
             self.windows.on_watermark(item)
             return
-        op = item.op
+        op, delivery, boundary = item.op, self.delivery, self.boundary
         if op is Op.BEGIN:
-            self._begin, self.boundary.inside = item, False
-        elif op is Op.COMMIT:
-            if self.boundary.inside:
-                self.delivery.emit(item)
+            self._begin, boundary.inside = item, False
+            return
+        if op is Op.COMMIT:
+            if boundary.inside:
+                delivery.emit(item)
             self._begin = None
-            self.boundary.commit(item.position)
-        else:
-            self._change(item)
-
-    def _change(self, item: ChangeEvent) -> None:
+            boundary.commit(item.position)
+            return
         if self.windows.windowing():
             self.windows.on_change(item)
         table = item.table
-        if item.op is Op.SCHEMA and table is not None:
+        if op is Op.SCHEMA and table is not None:
             self.schema_changed(table)
         if item.txid is not None and table is not None:
-            key = None if item.op in TABLE_OPS else item.key
-            self.recent.add(item.txid, table, key, bool(item.unchanged))
+            self.recent.add(item.txid, table, None if op in TABLE_OPS else item.key,
+                            bool(item.unchanged))
             if item.old_key is not None:
                 self.recent.add(item.txid, table, item.old_key)
-        boundary = self.boundary
         if not boundary.inside and self._begin is not None:
-            self.delivery.emit(self._begin)
+            delivery.emit(self._begin)
             boundary.inside = True
-        self.delivery.emit(item)
+        delivery.emit(item)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import random
 import signal
-import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
