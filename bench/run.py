@@ -473,10 +473,13 @@ def _measure(admin: Any, dsn: str, rows: int, chunk_size: int, workdir: Path, ti
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", choices=["postgres", "mariadb"], default="postgres")
-    parser.add_argument("--output", choices=["jsonl", "kafka", "sql", "delta"], default="jsonl",
+    parser.add_argument("--output", choices=["jsonl", "kafka", "sql", "delta", "spark-delta"],
+                        default="jsonl",
                         help="kafka: dblog into a Kafka broker against a raw producer loop "
                              "(bench/kafka.py, which takes more options); sql, delta: into a "
-                             "replica against raw upserts / write_deltalake (bench/replica.py)")
+                             "replica against raw upserts / write_deltalake (bench/replica.py); "
+                             "spark-delta: through Spark into Delta against delta-spark "
+                             "(bench/spark.py)")
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--chunk-size", type=int, default=1000)
     parser.add_argument("--dsn", help="use this server instead of a throwaway one")
@@ -496,6 +499,8 @@ def main(argv: list[str] | None = None) -> int:
         return _delegate("kafka.py", argv)
     if args.output in ("sql", "delta"):  # the replica benchmark lives in bench/replica.py
         return _delegate("replica.py", argv)
+    if args.output == "spark-delta":  # the Spark benchmark lives in bench/spark.py
+        return _delegate("spark.py", argv)
     args = parser.parse_args(argv)
     if args.db == "mariadb":  # the MariaDB benchmark lives in bench/mysql.py
         return _mariadb_main(argv)

@@ -9,9 +9,11 @@ written by Spark's own connectors to the output's sinks; docs/outputs/spark.md.
 
 A flush writes the Kafka sinks first and the Delta sink (with the checkpoint) last, and
 acknowledges once Spark returned from all of them: a checkpoint the engine may adopt is never
-ahead of what Kafka holds. With a Delta sink the flush covers the events up to the apply
-plan's ``through_seq`` (a PostgreSQL transaction waits for its COMMIT); the Kafka sinks send
-the same events.
+ahead of what Kafka holds. The checkpoint row (a MERGE of its own, about a second here) is
+written when the flush carries a checkpoint (``flush_checkpoint``) or the guard scheme or a
+truncate barrier changed; a commit of ``write`` (``commit_every`` reached) leaves it alone.
+With a Delta sink the flush covers the events up to the apply plan's ``through_seq`` (a
+PostgreSQL transaction waits for its COMMIT); the Kafka sinks send the same events.
 
 The session is started once per run when ``open`` is called (``local[*]`` by default), or is
 the caller's (``SparkOutput(config, session=spark)``, dblog embedded in a Spark driver). The
@@ -30,7 +32,7 @@ from dblog.core.model import ChangeEvent, TableId, TableInfo
 from dblog.core.positions import decode_position
 from dblog.errors import DblogError, FatalOutputError, LeadershipLost
 from dblog.formats.base import TableLookup, no_tables
-from dblog.replica import ApplyState, Plan, plan_batch, purge_bound, scheme_for
+from dblog.replica import ApplyState, Guard, Plan, plan_batch, purge_bound, scheme_for
 from dblog.spi import Checkpoint, Finding
 
 from .spark_config import SparkConfig
@@ -74,10 +76,15 @@ class SparkOutput:
         self._open = False
         self._last_purge = self._last_commit = time.monotonic()
         self._retrying: Sequence[ChangeEvent] | None = None
+        self._stored_meta: tuple[str | None, dict[TableId, Guard]] = (None, {})
+        """The scheme and barriers in the checkpoint row (a commit without a new checkpoint
+        rewrites the row only when they changed)."""
         self.session_start_s: float | None = None
         """How long starting the session took (None: the caller's session)."""
         self.batch_seconds: list[float] = []
         """Wall time of each flush that wrote something (the bench reads it)."""
+        self.timings = {"plan": 0.0, "kafka": 0.0, "tables": 0.0, "checkpoint": 0.0}
+        """Seconds spent per step, summed over the flushes (the bench reads them)."""
 
     def bind(self, pipeline: str, epoch: int) -> None:
         self.pipeline, self.epoch = pipeline, epoch
@@ -115,6 +122,7 @@ class SparkOutput:
             raise classify(exc, f"opening {self.name}") from exc
         self._scheme = None if stored is None else stored.scheme
         self._state = ApplyState.restored(None, {} if stored is None else stored.barriers)
+        self._stored_meta = (self._scheme, {} if stored is None else dict(stored.barriers))
         self._checkpoint = None if stored is None or stored.state is None else \
             Checkpoint(self._delta.fence.pipeline if self._delta else self.pipeline,
                        stored.epoch, stored.state)
@@ -196,6 +204,7 @@ class SparkOutput:
                                  f"to {self.name}")
         started = time.monotonic()
         state, plan = self._plan()
+        self.timings["plan"] += time.monotonic() - started
         through = max(self._durable, plan.through_seq if plan is not None else
                       (self._pending[-1].seq if self._pending else -1))
         covered = checkpoint if checkpoint is not None and checkpoint.seq <= through else None
@@ -228,20 +237,28 @@ class SparkOutput:
         if not self._kafka:
             return
         ready = [e for e in self._unsent if e.seq <= through]
+        started = time.monotonic()
         if ready:
             for writer in self._kafka:
                 writer.send(ready)
+        self.timings["kafka"] += time.monotonic() - started
         self._unsent = [e for e in self._unsent if e.seq > through]
 
     def _write_delta(self, plan: Plan, covered: Checkpoint | None, through: int) -> None:
         delta = self._delta
         assert delta is not None
         delta.metrics = []
+        started = time.monotonic()
         for table_plan in plan.tables:
             delta.apply(table_plan, through)
+        written = time.monotonic()
         assert delta.checkpoint is not None
-        delta.checkpoint.write(covered, plan.scheme or self._scheme, dict(plan.barriers),
-                               through)
+        meta = (plan.scheme or self._scheme, dict(plan.barriers))
+        if covered is not None or meta != self._stored_meta:
+            delta.checkpoint.write(covered, meta[0], meta[1], through)
+            self._stored_meta = meta
+        self.timings["tables"] += written - started
+        self.timings["checkpoint"] += time.monotonic() - written
         self._purge(delta, covered, through)
 
     def _purge(self, delta: SparkDeltaWriter, covered: Checkpoint | None, seq: int) -> None:

@@ -122,8 +122,10 @@ class SparkConfig(BaseModel):
     """A flush writes only when the last one is this old (or commit_every events wait): each
     is a Spark job per sink and table with a fixed cost of about a second, and the engine asks
     for a flush every second. Acknowledgements lag by as much; 0: every flush writes."""
-    commit_every: int = Field(50_000, ge=1)
-    """Write on its own once this many events are buffered (bounds the buffer)."""
+    commit_every: int = Field(100_000, ge=1)
+    """Write on its own once this many events are buffered (bounds the buffer). Larger than
+    the delta output's 50,000: a Spark commit's fixed cost (a job per table and the checkpoint
+    row, about a second each here) is larger."""
 
     @field_validator("master")
     @classmethod
