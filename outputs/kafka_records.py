@@ -136,10 +136,10 @@ class RecordPlanner:
         table, seq = event.table, event.seq
         if table is None:  # BEGIN / COMMIT
             if self.transaction_topic is None:
-                return []
-            value = self.format.encode(event)
-            return [KafkaRecord(self.transaction_topic, None, value, 0, self.headers(event),
-                                seq)]
+                return []  # a format without markers (canal-json) gives no record at all
+            return [KafkaRecord(self.transaction_topic, None, r.value, 0, self.headers(event),
+                                seq) for r in self.format.encode_records(event)
+                    if r.value is not None]
         records = self._records(event, table)
         if not records:
             return []

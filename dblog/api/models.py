@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 TableName = Annotated[str, StringConstraints(
-    pattern=r"^[\w$-]{1,63}\.[\w$-]{1,63}$", max_length=127)]
+    pattern=r"^[\w$-]{1,64}\.[\w$. -]{1,64}$", max_length=129)]
 Scalar = str | int | float | bool | None
 Key = Annotated[list[Scalar], Field(min_length=1, max_length=32)]
 MAX_KEYS = 100_000

@@ -1,0 +1,40 @@
+"""Planning Kafka records: transaction markers on the transaction topic carry the format's
+marker record, and a format without markers (canal-json) sends none (not an empty value)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from dblog.core.model import ChangeEvent, Op
+from dblog.formats.base import format_by_name
+from dblog.outputs.kafka_records import RecordPlanner
+
+
+OPTIONS = {"native": {}, "debezium-json": {"connector": "postgresql"}, "canal-json": {}}
+
+
+def _planner(fmt: str, transaction_topic: str | None = "tx") -> RecordPlanner:
+    return RecordPlanner(format_by_name(fmt, OPTIONS[fmt]), "{prefix}.{schema}.{table}", {"prefix": "p"},
+                         transaction_topic, True, lambda topic: 1, lambda table: None)
+
+
+@pytest.mark.parametrize("fmt", ["native", "debezium-json"])
+def test_markers_go_to_the_transaction_topic_with_a_value(fmt: str) -> None:
+    planner = _planner(fmt)
+    begin = ChangeEvent(Op.BEGIN, None, txid=7, seq=1)
+    commit = ChangeEvent(Op.COMMIT, None, txid=7, seq=2)
+    records = planner.plan(begin) + planner.plan(commit)
+    assert [(r.topic, r.partition, r.seq) for r in records] == [("tx", 0, 1), ("tx", 0, 2)]
+    for record in records:
+        assert record.value and orjson.loads(record.value)
+
+
+def test_a_format_without_markers_sends_nothing_to_the_transaction_topic() -> None:
+    planner = _planner("canal-json")
+    assert planner.plan(ChangeEvent(Op.BEGIN, None, txid=7, seq=1)) == []
+    assert planner.plan(ChangeEvent(Op.COMMIT, None, txid=7, seq=2)) == []
+
+
+def test_without_a_transaction_topic_markers_send_nothing() -> None:
+    assert _planner("native", None).plan(ChangeEvent(Op.BEGIN, None, txid=7, seq=1)) == []
