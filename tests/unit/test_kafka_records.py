@@ -10,7 +10,6 @@ from dblog.core.model import ChangeEvent, Op
 from dblog.formats.base import format_by_name
 from dblog.outputs.kafka_records import RecordPlanner
 
-
 OPTIONS = {"native": {}, "debezium-json": {"connector": "postgresql"}, "canal-json": {}}
 
 
