@@ -15,7 +15,8 @@ OPTIONS = {"native": {}, "debezium-json": {"connector": "postgresql"}, "canal-js
 
 def _planner(fmt: str, transaction_topic: str | None = "tx") -> RecordPlanner:
     return RecordPlanner(format_by_name(fmt, OPTIONS[fmt]), "{prefix}.{schema}.{table}",
-                         {"prefix": "p"}, transaction_topic, True, lambda topic: 1, lambda table: None)
+                         {"prefix": "p"}, transaction_topic, True, lambda topic: 1,
+                         lambda table: None)
 
 
 @pytest.mark.parametrize("fmt", ["native", "debezium-json"])
