@@ -8,13 +8,14 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dblog.connectors.mysql.positions import BinlogPosition
 from dblog.core.model import TableId
 from dblog.core.positions import Position
-from dblog.errors import DblogError, FatalSourceError
+from dblog.errors import ConfigError, DblogError, FatalSourceError
 from dblog.runtime.clock import SystemClock
+from dblog.runtime.redact import RedactedRepr, register_dsn
 from dblog.spi import Clock, Finding
 from dblog.spi.source import LoggedImages
 
@@ -30,7 +31,7 @@ from .startrecord import WatermarkStartRecord
 __all__ = ["Finding", "MysqlConfig", "MysqlConnector"]
 
 
-class MysqlConfig(BaseModel):
+class MysqlConfig(RedactedRepr, BaseModel):
     """``source:`` section for ``type: mysql`` (or ``mariadb``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -54,6 +55,8 @@ class MysqlConfig(BaseModel):
     @field_validator("dsn")
     @classmethod
     def _dsn(cls, value: str) -> str:
+        """Its password is masked everywhere from now on."""
+        register_dsn(value)
         parse_dsn(value)
         return value
 
@@ -76,7 +79,7 @@ class MysqlConnector:
 
     def __init__(self, config: MysqlConfig | dict[str, Any], instance: str = "dblog",
                  clock: Clock | None = None) -> None:
-        self.config = config if isinstance(config, MysqlConfig) else MysqlConfig(**config)
+        self.config = config if isinstance(config, MysqlConfig) else _validated(config)
         self.instance = instance
         self.clock: Clock = clock or SystemClock()
         self.endpoint: Endpoint = parse_dsn(self.config.dsn)
@@ -91,7 +94,7 @@ class MysqlConnector:
 
     @classmethod
     def from_config(cls, raw: dict[str, Any], instance: str) -> MysqlConnector:
-        return cls(MysqlConfig(**raw), instance)
+        return cls(_validated(raw), instance)
 
     def _conn(self) -> Any:
         """The catalog connection, opened again (with backoff) when a server restart left it
@@ -221,3 +224,15 @@ class MysqlConnector:
             with contextlib.suppress(Exception):  # closing a dead connection may fail again
                 self._catalog.close()
             self._catalog = None
+
+
+def _validated(raw: dict[str, Any]) -> MysqlConfig:
+    """The embedded API's dict as a config; a ConfigError naming the fields (pydantic's own
+    message would quote the input, connection string included)."""
+    register_dsn(str(raw.get("dsn", "")))
+    try:
+        return MysqlConfig(**raw)
+    except ValidationError as exc:
+        details = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                            for e in exc.errors())
+        raise ConfigError(f"source: {details}", fix="see docs/configuration.md") from None

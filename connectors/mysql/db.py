@@ -3,7 +3,7 @@ row parsing is several times faster), PyMySQL otherwise."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -26,7 +26,7 @@ class Endpoint:
     host: str
     port: int
     user: str
-    password: str
+    password: str = field(repr=False)
     database: str
 
     def replication_settings(self) -> dict[str, Any]:
