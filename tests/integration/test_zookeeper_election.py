@@ -49,14 +49,15 @@ def paths() -> ZkPaths:
 class Node:
     """One candidate: client, election, fenced store."""
 
-    def __init__(self, hosts: str, paths: ZkPaths, name: str) -> None:
+    def __init__(self, hosts: str, paths: ZkPaths, name: str,
+                 session_s: float = SESSION_S) -> None:
         # one server entry, not connect()'s spread list: expire_session() relies on kazoo
         # looking the hosts up again after a dropped connection
-        self.client = KazooClient(hosts=hosts, timeout=SESSION_S, connection_retry={
+        self.client = KazooClient(hosts=hosts, timeout=session_s, connection_retry={
             "max_tries": -1, "delay": 0.1, "max_delay": 1.0})
         self.client.start(10)
         self.election = ZooKeeperElection(self.client, paths, SystemClock(),
-                                          session_timeout_s=SESSION_S, instance_id=name)
+                                          session_timeout_s=session_s, instance_id=name)
         self.store = ZooKeeperStateStore(self.client, paths, fenced=True)
 
     def close(self) -> None:
@@ -144,7 +145,9 @@ def test_a_stale_leaders_state_write_is_rejected_by_zookeeper(
 def test_suspended_connection_stops_emission_and_the_same_session_resumes(
     own_zk: ZooKeeperServer, paths: ZkPaths
 ) -> None:
-    node = Node(own_zk.hosts, paths, "a")
+    # a session that outlives the server's restart even on a loaded machine (a 3 s session
+    # expired in CI while the JVM started): the test is about a suspension, not an expiry
+    node = Node(own_zk.hosts, paths, "a", session_s=20.0)
     try:
         epoch = node.election.campaign(threading.Event())
         assert epoch is not None and node.election.is_leader()
@@ -153,7 +156,7 @@ def test_suspended_connection_stops_emission_and_the_same_session_resumes(
         wait_until(lambda: not node.election.is_leader(), 2.0, "emission to stop")
         assert node.election.lease.state in (LeaseState.SUSPENDED, LeaseState.LEADER)
         own_zk.start_server()  # down for less than the session timeout
-        wait_until(node.election.is_leader, 10, "leadership to resume")
+        wait_until(node.election.is_leader, 20, "leadership to resume")
         assert node.election.epoch == epoch and node.client.client_id[0] == session
     finally:
         node.close()
