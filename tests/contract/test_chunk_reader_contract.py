@@ -48,8 +48,10 @@ def memory_source(window: bool) -> ChunkSource:
         db.tables[t_int].rows[(i,)] = {"id": i, "v": "x"}
     for a, b in COMP_KEYS:
         db.tables[t_comp].rows[(a, b)] = {"a": a, "b": b, "v": "x"}
-    reader = MemoryWindowChunkReader(db, delay=0) if window else MemoryChunkReader(db)
-    return ChunkSource(reader, t_int, t_comp, reader if window else None)
+    if window:
+        windowed = MemoryWindowChunkReader(db, delay=0)
+        return ChunkSource(windowed, t_int, t_comp, windowed)
+    return ChunkSource(MemoryChunkReader(db), t_int, t_comp)
 
 
 SOURCES: dict[str, Callable[[], ChunkSource]] = {
@@ -125,12 +127,14 @@ def test_a_window_reads_what_read_chunk_reads(chunk_source: ChunkSource) -> None
                              (chunk_source.comp_table, (2, "c"), (3, "c"))):
         info = chunk_source.info(table)
         after, upper = chunk_source.key(info, low), chunk_source.key(info, high)
-        for bounds in ((after, upper), (after, None), (None, upper), (None, None)):
+        bounds: list[tuple[Key | None, Key | None]] = [
+            (after, upper), (after, None), (None, upper), (None, None)]
+        for lo, hi in bounds:
             for inclusive in (False, True):
-                want = _keys(chunk_source, info, *bounds, 3, inclusive)
-                pending = window.start_chunk_window("L-c", "H-c", info, *bounds, 3, inclusive)
+                want = _keys(chunk_source, info, lo, hi, 3, inclusive)
+                pending = window.start_chunk_window("L-c", "H-c", info, lo, hi, 3, inclusive)
                 chunk = _collected(pending)
-                assert [tuple(k) for k, _ in chunk.rows] == want, (bounds, inclusive)
+                assert [tuple(k) for k, _ in chunk.rows] == want, (lo, hi, inclusive)
 
 
 def _collected(pending: Any) -> Any:
