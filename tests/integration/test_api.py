@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -155,9 +156,9 @@ def test_bad_requests_are_refused_naming_the_problem(env: Env, body: dict[str, o
     assert env.count("public.t_int") >= ROWS  # nothing was executed
 
 
-def _dumped(env: Env, dump_id: str, count: int) -> list[dict[str, object]]:
+def _dumped(env: Env, dump_id: str, count: int) -> list[dict[str, Any]]:
     """The read events of ``dump_id`` in the output, once ``count`` of them are there."""
-    def events() -> list[dict[str, object]]:
+    def events() -> list[dict[str, Any]]:
         return [e for e in read_events(env.tmp / "out.jsonl") if e.get("dump_id") == dump_id]
 
     wait_until(lambda: len(events()) >= count, 30, f"{count} rows of dump {dump_id}")
@@ -174,17 +175,16 @@ def test_a_key_range_is_checked_then_dumped_with_both_ends_included(env: Env) ->
     view = wait_dump(env, response.json()["id"], ("done", "failed"))
     assert view["state"] == "done" and view["rows"] == 11, view
     rows = _dumped(env, view["id"], 11)
-    assert sorted(e["key"][0] for e in rows) == list(range(10, 21))  # type: ignore[index]
-    assert all(e["op"] == "read" and e["after"] == {"id": e["key"][0],  # type: ignore[index]
-                                                    "v": f"init{e['key'][0]}"}  # type: ignore[index]
+    assert sorted(e["key"][0] for e in rows) == list(range(10, 21))
+    assert all(e["op"] == "read" and e["after"] == {"id": e["key"][0], "v": f"init{e['key'][0]}"}
                for e in rows)
     # an open end, a composite key between existing keys, and a key of the wrong type
     tail = client.post("/api/v1/dumps", json={"table": "public.t_int", "from": [ROWS - 2]})
     assert wait_dump(env, tail.json()["id"], ("done", "failed"))["rows"] == 3
     comp = client.post("/api/v1/dumps", json={"table": "public.t_comp",
                                               "from": [3, "k3"], "to": [3, "k5"]})
-    keys = sorted(tuple(e["key"]) for e in _dumped(  # type: ignore[arg-type]
-        env, wait_dump(env, comp.json()["id"], ("done",))["id"], 3))
+    comp_id = wait_dump(env, comp.json()["id"], ("done",))["id"]
+    keys = sorted(tuple(e["key"]) for e in _dumped(env, comp_id, 3))
     assert keys == [(3, "k3"), (3, "k33"), (3, "k43")], "text keys compare as the database does"
     bad = client.post("/api/v1/dumps", json={"table": "public.t_int", "from": ["abc"]})
     assert bad.status_code == 422 and "key value for column id (integer)" in bad.json()["detail"]
