@@ -28,6 +28,7 @@ from dblog.core.dumps import new_dump_id
 from dblog.core.requestcheck import check_range, check_request, shown
 from dblog.errors import DumpRequestError
 from dblog.ha.zk import ZkPaths, classified
+from dblog.spi import DumpRequest
 
 log = logging.getLogger("dblog.ha")
 
@@ -112,6 +113,17 @@ def checked(request: dict[str, Any]) -> dict[str, Any]:
                                f"one table and no tables or keys, got {shown(ranged)}")
     check_range(request.get("table"), ranged.get("from"), ranged.get("to"))
     return request
+
+
+def dump_request(request: dict[str, Any]) -> DumpRequest:
+    """The engine's request for a queued one (checked by :func:`checked`); its id is the
+    dump's, so serving it twice queues one dump."""
+    ranged = request.get("range")
+    if ranged is not None:
+        return DumpRequest.key_range(request["table"], ranged.get("from"), ranged.get("to"),
+                                     request["id"])
+    return DumpRequest(request.get("tables"), request.get("table"), request.get("keys"),
+                       request["id"])
 
 
 def pending(client: KazooClient, paths: ZkPaths) -> list[tuple[str, dict[str, Any]]]:

@@ -173,12 +173,7 @@ class HaInstance:
     def _serve_requests(self, pipeline: Pipeline, done: threading.Event) -> None:
         """Move queued dump requests into the state while this term's engine runs."""
         def submit(request: dict[str, Any]) -> Future[str]:
-            ranged = request.get("range")
-            if ranged is not None:
-                return pipeline.submit_dump(DumpRequest.key_range(
-                    request["table"], ranged.get("from"), ranged.get("to"), request["id"]))
-            return pipeline.submit_dump(DumpRequest(request.get("tables"), request.get("table"),
-                                                    request.get("keys"), request["id"]))
+            return pipeline.submit_dump(requests.dump_request(request))
 
         while not done.wait(0.5):
             if not pipeline.is_running() or not self.election.is_leader():

@@ -5,14 +5,16 @@ range equal the source's."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dblog.app.pipeline import Pipeline
-from dblog.core.model import TableId
+from dblog.core.model import Op, TableId
 from dblog.engine import EngineSettings
+from dblog.errors import DumpRequestError
 from dblog.outputs.jsonl import JsonlOutput
 
 from .pgutil import dump_state, read_events, replayed, wait_until
@@ -75,3 +77,40 @@ def _canonical(kit: Kit, ranges: dict[str, Range]) -> dict[str, Range]:
         return out
     finally:
         reader.close()
+
+
+def test_a_range_request_queued_in_zookeeper_is_served_as_a_range_dump(zk_hosts: str) -> None:
+    """The standby's path: the request goes through the ZooKeeper queue (a range of the wrong
+    shape is refused before it is queued) and the leader's engine runs it as a range dump."""
+    from concurrent.futures import Future
+
+    from dblog.ha import requests
+    from dblog.ha.zk import ZkPaths, ZooKeeperStateStore, connect
+    from dblog.testing import ListOutput, MemoryConnector, MemoryDatabase, MemoryStateStore
+
+    db = MemoryDatabase()
+    table = db.create_table("public.t", ["id", "v"], ["id"])
+    db.tables[table].rows.update({(k,): {"id": k, "v": k} for k in range(40)})
+    out = ListOutput()
+    pipeline = Pipeline(MemoryConnector(db), [out], state=MemoryStateStore(),
+                        settings=EngineSettings(chunk_size=3, poll_timeout_s=0.01)).start()
+    client = connect(zk_hosts, 10.0)
+    paths = ZkPaths.of(f"/range-{uuid.uuid4().hex[:8]}", "p")
+    ZooKeeperStateStore(client, paths)  # creates the layout
+    try:
+        with pytest.raises(DumpRequestError, match="1 and 2 value"):
+            requests.queue_range_dump(client, paths, "public.t", [1], [2, 3])
+        dump_id = requests.queue_range_dump(client, paths, "public.t", [7], [19])
+        assert requests.pending(client, paths)[0][1]["range"] == {"from": [7], "to": [19]}
+
+        def submit(request: dict[str, Any]) -> Future[str]:
+            return pipeline.submit_dump(requests.dump_request(request))
+
+        assert requests.consume(client, paths, submit, timeout=10) == 1
+        wait_until(lambda: dump_state(pipeline, dump_id) == "done", 30, "the range dump")
+    finally:
+        pipeline.stop()
+        client.stop()
+        client.close()
+    read = sorted(e.key[0] for e in out.events if e.op is Op.READ)  # type: ignore[index]
+    assert read == list(range(7, 20))
