@@ -81,6 +81,18 @@ def test_planned_chunks_cover_exactly_the_range(keys: list[Key], low: Key | None
     assert dump.state is DumpState.DONE
 
 
+PAIR = st.tuples(st.integers(0, 4), st.sampled_from("abcde"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(PAIR, unique=True), st.none() | PAIR, st.none() | PAIR, st.integers(1, 5))
+def test_planned_chunks_cover_exactly_a_composite_range(
+        keys: list[Key], low: Key | None, high: Key | None, chunk_size: int) -> None:
+    dump, emitted = planned(keys, KeyRange(low, high), chunk_size)
+    assert emitted == in_range(keys, low, high)
+    assert dump.state is DumpState.DONE
+
+
 def test_the_first_chunk_includes_the_low_key_and_the_next_ones_follow_the_last_key() -> None:
     dump = start_table(range_dump(A, KeyRange((10,), (20,)), "r1"), A, (99,), 1000)
     assert dump.tables[0].upper_key == (20,), "the range's last key is the end, not the max"
