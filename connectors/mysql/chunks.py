@@ -123,9 +123,11 @@ class _Queries:
         self.base = f"SELECT {select} FROM {table}"
         if len(keys) == 1:
             self.above, self.upto = f"{keys[0]} > %s", f"{keys[0]} <= %s"
+            self.from_ = f"{keys[0]} >= %s"
             self.one_key = "%s"
         else:  # the leading column's own bound lets the optimizer use a range on the index
             self.above = f"{keys[0]} >= %s AND ({self.keys}) > ({marks})"
+            self.from_ = f"{keys[0]} >= %s AND ({self.keys}) >= ({marks})"
             self.upto = f"({self.keys}) <= ({marks})"
             self.one_key = f"({marks})"
         self.order = f" ORDER BY {self.keys}"
@@ -141,10 +143,12 @@ class _Queries:
         values = self.params(key)
         return values if len(values) == 1 else [values[0], *values]
 
-    def chunk(self, after: Key | None, upper: Key | None, limit: int) -> tuple[str, list[Any]]:
+    def chunk(self, after: Key | None, upper: Key | None, limit: int,
+              inclusive: bool = False) -> tuple[str, list[Any]]:
+        """The chunk SELECT: keys above ``after`` (from it, ``inclusive``), up to ``upper``."""
         where, params = [], []
         if after is not None:
-            where.append(self.above)
+            where.append(self.from_ if inclusive else self.above)
             params += self.above_params(after)
         if upper is not None:
             where.append(self.upto)
@@ -208,9 +212,9 @@ class MysqlChunkReader:
         return rows[0][0] if rows else None
 
     def read_chunk(self, info: TableInfo, after: Key | None, upper: Key | None,
-                   limit: int) -> Chunk:
+                   limit: int, inclusive: bool = False) -> Chunk:
         q = self._q(info)
-        sql, params = q.chunk(after, upper, limit)
+        sql, params = q.chunk(after, upper, limit, inclusive)
         return Chunk(self._rows(q, sql, params, f"reading a chunk of {info.table}"))
 
     def read_keys(self, info: TableInfo, keys: Sequence[Key]) -> Chunk:

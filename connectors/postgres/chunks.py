@@ -116,12 +116,9 @@ class _Queries:
             for i, c in enumerate(info.columns))
         self.keys = sql.SQL(", ").join(sql.Identifier(k) for k in info.key_columns)
         typed = sql.SQL(", ").join(sql.SQL("%s::{}").format(sql.SQL(t)) for t in self.key_types)
-        above = sql.SQL("({}) > ({})").format(self.keys, typed)
-        upto = sql.SQL("({}) <= ({})").format(self.keys, typed)
-        self.first = self.compose(None, limit=True)
-        self.after = self.compose(above, limit=True)
-        self.first_upto = self.compose(upto, limit=True)
-        self.after_upto = self.compose(above + sql.SQL(" AND ") + upto, limit=True)
+        self.chunk = {  # (the lower bound's operator: >, >= or none, upper given) -> SELECT
+            (op, upto): self.compose(self._where(op, upto, typed, typed), limit=True)
+            for op in (None, ">", ">=") for upto in (False, True)}
         desc = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k))
                                   for k in info.key_columns)
         self.max_key = sql.SQL("SELECT {} FROM {} ORDER BY {} LIMIT 1").format(
@@ -129,20 +126,28 @@ class _Queries:
         self.one_key = sql.SQL("({})").format(typed)
         self.decode = _row_decoder(info)
         # the chunk SELECT of a pipelined window, with numbered parameters (after, upper, limit)
-        n = len(self.key_types)
-        above_n = sql.SQL("({}) > ({})").format(self.keys, self._numbered(1))
-        upto_n = sql.SQL("({}) <= ({})").format(self.keys, self._numbered(1))
-        self._window_bytes: dict[tuple[bool, bool], bytes] = {}
-        self.window = {  # (after given, upper given) -> the SELECT
-            (False, False): self.compose(None, True, False, "$1"),
-            (True, False): self.compose(above_n, True, False, f"${n + 1}"),
-            (False, True): self.compose(upto_n, True, False, f"${n + 1}"),
-            (True, True): self.compose(
-                above_n + sql.SQL(" AND ({}) <= ({})").format(self.keys, self._numbered(n + 1)),
-                True, False, f"${2 * n + 1}"),
-        }
+        self._window_bytes: dict[tuple[str | None, bool], bytes] = {}
+        self.window = {op_upto: self._window_select(*op_upto)
+                       for op_upto in self.chunk}
 
-    def window_sql(self, form: tuple[bool, bool], conn: psycopg.Connection[Any]) -> bytes:
+    def _where(self, op: str | None, upto: bool, low: sql.Composable,
+               high: sql.Composable) -> sql.Composable | None:
+        """The chunk's bounds: ``(keys) op (low)`` (row values), and ``(keys) <= (high)``."""
+        parts = [] if op is None else [
+            sql.SQL("({}) " + op + " ({})").format(self.keys, low)]
+        if upto:
+            parts.append(sql.SQL("({}) <= ({})").format(self.keys, high))
+        return sql.SQL(" AND ").join(parts) if parts else None
+
+    def _window_select(self, op: str | None, upto: bool) -> sql.Composed:
+        n = len(self.key_types)
+        high_at = 1 if op is None else n + 1
+        limit_at = high_at + (n if upto else 0)
+        where = self._where(op, upto, self._numbered(1), self._numbered(high_at))
+        return self.compose(where, True, False, f"${limit_at}")
+
+    def window_sql(self, form: tuple[str | None, bool],
+                   conn: psycopg.Connection[Any]) -> bytes:
         """The window SELECT as bytes, rendered once per form (every chunk uses it)."""
         rendered = self._window_bytes.get(form)
         if rendered is None:
@@ -170,6 +175,12 @@ class _Queries:
 
     def params(self, key: Key) -> list[Any]:
         return [key_param(t, v) for t, v in zip(self.key_types, key, strict=True)]
+
+
+def _form(after: Key | None, upper: Key | None, inclusive: bool) -> tuple[str | None, bool]:
+    """Which chunk SELECT reads these bounds: (operator on ``after``, ``upper`` given)."""
+    op = None if after is None else (">=" if inclusive else ">")
+    return op, upper is not None
 
 
 class PendingWindow:
@@ -268,16 +279,11 @@ class PostgresChunkReader:
         return q.decode(rows[0])[0] if rows else None
 
     def read_chunk(self, info: TableInfo, after: Key | None, upper: Key | None,
-                   limit: int) -> Chunk:
+                   limit: int, inclusive: bool = False) -> Chunk:
         q = self._q(info)
-        if after is None and upper is None:
-            query, params = q.first, [limit]
-        elif after is None:
-            query, params = q.first_upto, [*q.params(upper or ()), limit]
-        elif upper is None:
-            query, params = q.after, [*q.params(after), limit]
-        else:
-            query, params = q.after_upto, [*q.params(after), *q.params(upper), limit]
+        query = q.chunk[_form(after, upper, inclusive)]
+        params = [*(q.params(after) if after is not None else ()),
+                  *(q.params(upper) if upper is not None else ()), limit]
         return self._fetch_chunk(q, query, params, f"reading a chunk of {info.table}")
 
     @property
@@ -285,13 +291,14 @@ class PostgresChunkReader:
         return self._mark is not None
 
     def start_chunk_window(self, low: str, high: str, info: TableInfo, after: Key | None,
-                           upper: Key | None, limit: int) -> PendingWindow:
+                           upper: Key | None, limit: int,
+                           inclusive: bool = False) -> PendingWindow:
         """Steps 2-4 in one round trip: L, then the SELECT in a REPEATABLE READ transaction
         whose first statement reads its snapshot, then H; three transactions, in that order."""
         if self._mark is None:
             raise FatalSourceError("this chunk reader was built without the watermark row")
         q = self._q(info)
-        query = q.window_sql((after is not None, upper is not None), self.conn)
+        query = q.window_sql(_form(after, upper, inclusive), self.conn)
         keys = [*(q.params(after) if after is not None else ()),
                 *(q.params(upper) if upper is not None else ())]
         params = [None if p is None else str(p).encode() for p in keys]

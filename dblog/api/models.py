@@ -107,6 +107,8 @@ class DumpView(BaseModel):
     rows_per_s: float | None = None
     eta_s: float | None = None
     tables: list[TableView]
+    key_range: dict[str, list[Any] | None] | None = None
+    """A range dump's first and last key (``from``, ``to``; both included, null: open)."""
 
 
 class LeaderView(BaseModel):

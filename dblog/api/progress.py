@@ -68,12 +68,18 @@ def dump_view(raw: dict[str, Any], rates: RateTracker) -> DumpView:
     if rate and total and not done:
         eta = max(0.0, (total - rows) / rate)
     return DumpView(
-        id=raw["id"], state=raw["state"], kind="keys" if keys is not None else "tables",
+        id=raw["id"], state=raw["state"], kind=_kind(raw), key_range=raw.get("range"),
         error=raw.get("error"), rows=rows, chunks=sum(t.chunks for t in tables),
         estimated_total=total, percent=percent,
         current_table=None if current is None else current.table,
         last_key=None if current is None else current.last_key,
         rows_per_s=rate, eta_s=eta, tables=tables)
+
+
+def _kind(raw: dict[str, Any]) -> str:
+    if raw.get("keys") is not None:
+        return "keys"
+    return "range" if raw.get("range") is not None else "tables"
 
 
 def table_states(status: dict[str, Any]) -> dict[str, str]:

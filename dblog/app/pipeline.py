@@ -150,11 +150,23 @@ class Pipeline:
     def submit_dump(self, request: DumpRequest) -> Future[str]:
         """Queue ``request`` without waiting; the future resolves to the dump id once the
         engine validated and stored it (or raises DumpRequestError)."""
+        if request.ranged:
+            return self.engine.request_range_dump(
+                request.table, request.key_from,
+                request.key_to, dump_id=request.dump_id)
         return self.engine.request_dump(request.tables, table=request.table, keys=request.keys,
                                         dump_id=request.dump_id)
 
     def request_dump(self, request: DumpRequest, timeout: float = 60.0) -> str:
         return self._wait(self.submit_dump(request), timeout)
+
+    def request_range_dump(self, table: str, key_from: list[Any] | None,
+                           key_to: list[Any] | None, dump_id: str | None = None,
+                           timeout: float = 60.0) -> str:
+        """Queue a dump of the keys of ``table`` from ``key_from`` to ``key_to``, both
+        included (None: that end is open); return its id (the API's KeyRangeControl)."""
+        return self.request_dump(DumpRequest.key_range(table, key_from, key_to, dump_id),
+                                 timeout)
 
     def set_dump_state(self, dump_id: str, state: DumpState, timeout: float = 60.0) -> None:
         self._wait(self.engine.set_dump_state(dump_id, state), timeout)

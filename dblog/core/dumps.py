@@ -1,8 +1,10 @@
 """Dumps and their progress: pure values and transitions, serialisable into the state.
 
 A dump covers a list of tables (each read in primary-key chunks up to the maximum key captured
-when the table's dump starts), or a list of primary keys of one table. Progress advances only
-when a chunk's window has closed and its rows were emitted.
+when the table's dump starts), a key range of one table (chunks from the range's first key,
+included, up to its last key, included, or the maximum key when the range is open there), or a
+list of primary keys of one table. Progress advances only when a chunk's window has closed and
+its rows were emitted.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from dblog.core.model import Key, TableId, TableInfo
 from dblog.core.requestcheck import check_request, shown
-from dblog.errors import ConfigError, DblogError, DumpRequestError
+from dblog.errors import DblogError, DumpRequestError
 
 if TYPE_CHECKING:  # the contract is only named in hints: the core imports no I/O layer
     from dblog.spi import ChunkReader
@@ -48,6 +50,14 @@ class TableProgress:
 
 
 @dataclass(frozen=True, slots=True)
+class KeyRange:
+    """The keys from ``low`` to ``high`` of a range dump, both included (None: open end)."""
+
+    low: Key | None = None
+    high: Key | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Dump:
     id: str
     tables: tuple[TableProgress, ...]
@@ -56,6 +66,8 @@ class Dump:
     state: DumpState = DumpState.QUEUED
     error: str | None = None
     internal: bool = False
+    key_range: KeyRange | None = None
+    """Set for a dump of a key range of its one table."""
 
     @property
     def chunks(self) -> int:
@@ -76,6 +88,8 @@ class ChunkPlan:
     upper: Key | None = None
     keys: tuple[Key, ...] | None = None
     needs_start: bool = False
+    inclusive: bool = False
+    """``after`` is included (the first chunk of a key range): ``key >= after``."""
 
 
 def new_dump_id() -> str:
@@ -117,7 +131,7 @@ def validated_dump(
         if request.keys is not None:
             assert request.table is not None
             info = table_info(request.table)
-            return keys_dump(info.table, _parsed_keys(chunks, info, request.keys, parse_keys))
+            return keys_dump(info.table, parsed_keys(chunks, info, request.keys, parse_keys))
         if request.tables is not None:
             for name in request.tables:
                 table_info(name)
@@ -130,7 +144,7 @@ def validated_dump(
                                f"{type(exc).__name__}: {exc}") from exc
 
 
-def _parsed_keys(
+def parsed_keys(
     chunks: ChunkReader, info: TableInfo, keys: Sequence[Sequence[object]],
     parse_keys: Callable[[TableInfo, Sequence[Sequence[object]]], Sequence[Key]] | None,
 ) -> list[Key]:
@@ -158,41 +172,6 @@ def _dumpable(names: Sequence[TableId], table_info: Callable[[TableId], TableInf
     if names and not dumpable:
         raise DumpRequestError("none of the captured tables can be dumped (see the log)")
     return dumpable
-
-
-def initial_dumps(
-    validate: Callable[[Sequence[str] | None], Dump],
-    requests: Sequence[Sequence[str] | None], skip_unavailable: bool,
-    on_skip: Callable[[object, DblogError], None],
-) -> list[Dump]:
-    """The dumps of ``initial_dumps``, each checked before anything runs or is stored: a
-    table that does not exist or cannot be dumped is a ConfigError (the start is refused),
-    or, with ``skip_unavailable``, left out with ``on_skip`` (a warning per table)."""
-    dumps = []
-    for index, tables in enumerate(requests):
-        try:
-            dumps.append(validate(tables))
-        except DumpRequestError as exc:
-            if not skip_unavailable or tables is None:
-                raise ConfigError(
-                    f"initial_dumps[{index}]: {exc.message}",
-                    fix="correct the table names (and source.tables), or set "
-                        "engine.initial_dumps_skip_unavailable: true to leave such tables "
-                        "out with a warning") from exc
-            kept = [t for t in tables if _available(validate, t, on_skip)]
-            if kept:
-                dumps.append(validate(kept))
-    return dumps
-
-
-def _available(validate: Callable[[Sequence[str] | None], Dump], table: str,
-               on_skip: Callable[[object, DblogError], None]) -> bool:
-    try:
-        validate([table])
-    except DumpRequestError as exc:
-        on_skip(table, exc)
-        return False
-    return True
 
 
 def parse_key(info: TableInfo, values: Sequence[object],
@@ -227,6 +206,10 @@ def next_chunk(dump: Dump, chunk_size: int) -> ChunkPlan | None:
             continue
         if not progress.started:
             return ChunkPlan(dump.id, progress.table, needs_start=True)
+        if progress.last_key is None and dump.key_range is not None \
+                and dump.key_range.low is not None:  # a range's first chunk: from its low key
+            return ChunkPlan(dump.id, progress.table, after=dump.key_range.low,
+                             upper=progress.upper_key, inclusive=True)
         return ChunkPlan(dump.id, progress.table, after=progress.last_key, upper=progress.upper_key)
     return None
 
@@ -237,8 +220,14 @@ def _replace_table(dump: Dump, progress: TableProgress) -> Dump:
 
 
 def start_table(dump: Dump, table: TableId, upper: Key | None, estimated_rows: int) -> Dump:
-    """Record the table's upper bound (max key now); an empty table is done at once."""
+    """Record the table's upper bound (max key now); an empty table is done at once. A range
+    dump with a last key reads up to that key instead (the database compares, in the chunk
+    SELECT's ``<=``); its row count is unknown (the table's estimate would be no guide)."""
     progress = next(t for t in dump.tables if t.table == table)
+    if dump.key_range is not None:
+        estimated_rows = 0
+        if upper is not None and dump.key_range.high is not None:
+            upper = dump.key_range.high
     started = replace(progress, started=True, upper_key=upper, done=upper is None,
                       estimated_rows=estimated_rows)
     return _finish_if_complete(_replace_table(dump, started))
@@ -312,6 +301,8 @@ def dump_to_json(dump: Dump) -> dict[str, Any]:
         "internal": dump.internal,
         "key_index": dump.key_index,
         "keys": None if dump.keys is None else [list(k) for k in dump.keys],
+        "range": None if dump.key_range is None else {
+            "from": _key_out(dump.key_range.low), "to": _key_out(dump.key_range.high)},
         "tables": [
             {
                 "table": [t.table.schema, t.table.name], "started": t.started, "done": t.done,
@@ -345,9 +336,13 @@ def dump_from_json(raw: dict[str, Any]) -> Dump:
         for t in raw["tables"]
     )
     keys = None if raw["keys"] is None else tuple(tuple(k) for k in raw["keys"])
+    ranged = raw.get("range")  # absent in states written before range dumps
+    key_range = None if ranged is None else KeyRange(_key_in(ranged["from"]),
+                                                     _key_in(ranged["to"]))
     if not isinstance(raw["id"], str):
         raise TypeError(f"dump id {raw['id']!r} is not a string")
-    return Dump(id=raw["id"], tables=tables, keys=keys, key_index=_count(raw["key_index"]),
+    return Dump(id=raw["id"], tables=tables, keys=keys, key_range=key_range,
+                key_index=_count(raw["key_index"]),
                 state=DumpState(raw["state"]), error=raw.get("error"),
                 internal=raw.get("internal", False))
 

@@ -69,6 +69,30 @@ def check_request(tables: object, table: object, keys: object) -> CheckedRequest
     return CheckedRequest(None, table_name(table), check_keys(keys))
 
 
+@dataclass(frozen=True, slots=True)
+class CheckedRange:
+    """A key range of ``table``: keys from ``key_from`` to ``key_to``, both included; an
+    end that is None is open. Each end has the shape of a key (a list of scalars)."""
+
+    table: TableId
+    key_from: tuple[Scalar, ...] | None
+    key_to: tuple[Scalar, ...] | None
+
+
+def check_range(table: object, key_from: object, key_to: object) -> CheckedRange:
+    """The range in checked form, or DumpRequestError naming what is wrong with it. Whether
+    ``key_from`` comes before ``key_to`` is the database's to say (a reversed range is empty)."""
+    if table is None:
+        raise DumpRequestError("a key range needs the table it belongs to",
+                               fix="give table='schema.table' with from and/or to")
+    low = None if key_from is None else check_key(key_from)
+    high = None if key_to is None else check_key(key_to)
+    if low is not None and high is not None and len(low) != len(high):
+        raise DumpRequestError(f"the range's ends have {len(low)} and {len(high)} value(s): "
+                               "each end is a whole key, one value per key column")
+    return CheckedRange(table_name(table), low, high)
+
+
 def table_name(value: object) -> TableId:
     """A ``schema.table`` name (or a TableId) as a TableId; DumpRequestError otherwise."""
     if isinstance(value, TableId):

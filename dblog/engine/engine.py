@@ -32,7 +32,8 @@ from typing import Any
 
 from dblog.core import dumps as dumpops
 from dblog.core.acks import PipelineState
-from dblog.core.dumps import DumpState
+from dblog.core.dumprequests import initial_dumps
+from dblog.core.dumps import Dump, DumpState
 from dblog.core.model import TableId
 from dblog.core.recent import RecentTransactions
 from dblog.engine.catalog import TableCatalog
@@ -40,7 +41,8 @@ from dblog.engine.commands import CommandChannel
 from dblog.engine.delivery import Delivery
 from dblog.engine.jobs import BlockingChunkRead, InlineRunner, Runner, overlapping_runner
 from dblog.engine.loop import LogForwarder, TransactionBoundary
-from dblog.engine.scheduler import DumpScheduler, log_skipped
+from dblog.engine.outlet import log_skipped
+from dblog.engine.scheduler import DumpScheduler
 from dblog.engine.settings import MAX_CHUNK_SIZE, EngineSettings, Knobs, PhaseHooks
 from dblog.errors import DblogError, DumpRequestError, LeadershipLost
 from dblog.runtime.clock import SingleNodeLeadership, SystemClock
@@ -167,7 +169,7 @@ class Engine:
         self.scheduler = scheduler
         self.captured = tuple(str(t) for t in chunks.list_tables())
         if stored is None and state.seq == 0:
-            initial = dumpops.initial_dumps(  # checked before the first state is saved
+            initial = initial_dumps(  # checked before the first state is saved
                 lambda tables: scheduler.validated(tables, None, None),
                 self.settings.initial_dumps, self.settings.initial_dumps_skip_unavailable,
                 log_skipped)
@@ -254,23 +256,19 @@ class Engine:
         or raises :class:`DumpRequestError`. A given ``dump_id`` makes the request idempotent:
         a dump with that id already in the state is not queued again.
         """
-        def accept(scheduler: DumpScheduler) -> str:
-            if dump_id is not None and scheduler.live.get(dump_id) is not None:
-                return dump_id
-            try:
-                dump = scheduler.validated(tables, table, keys)
-            except DblogError as exc:  # the request fails alone; the engine goes on
-                raise _Rejected(exc) from exc
-            except Exception as exc:  # only dblog's own errors leave the engine
-                log.error("dump request failed its checks", exc_info=exc)
-                raise _Rejected(DumpRequestError(
-                    f"the request could not be checked: {type(exc).__name__}: {exc}")) from exc
-            if dump_id is not None:
-                dump = replace(dump, id=dump_id)
-            scheduler.accept(dump)
-            return dump.id
+        return self._on_engine_thread(
+            lambda scheduler: _accept(scheduler, dump_id,
+                                      lambda: scheduler.validated(tables, table, keys)))
 
-        return self._on_engine_thread(accept)
+    def request_range_dump(
+        self, table: str | TableId | None, key_from: Sequence[Any] | None,
+        key_to: Sequence[Any] | None, *, dump_id: str | None = None,
+    ) -> Future[str]:
+        """Queue a dump of the keys of ``table`` from ``key_from`` to ``key_to``, both
+        included (None: that end is open); like :meth:`request_dump` otherwise."""
+        return self._on_engine_thread(
+            lambda scheduler: _accept(scheduler, dump_id, lambda: scheduler.validated_range(
+                table, key_from, key_to)))
 
     def set_dump_state(self, dump_id: str, state: DumpState) -> Future[str]:
         """Pause (PAUSED), resume (QUEUED) or cancel (CANCELLED) a dump, between chunks."""
@@ -335,6 +333,25 @@ class Engine:
 
         self.commands.submit(run)
         return result
+
+
+def _accept(scheduler: DumpScheduler, dump_id: str | None, validate: Callable[[], Dump]) -> str:
+    """Validate a request and queue its dump (engine thread); a dump with ``dump_id`` already
+    in the state is not queued again."""
+    if dump_id is not None and scheduler.live.get(dump_id) is not None:
+        return dump_id
+    try:
+        dump = validate()
+    except DblogError as exc:  # the request fails alone; the engine goes on
+        raise _Rejected(exc) from exc
+    except Exception as exc:  # only dblog's own errors leave the engine
+        log.error("dump request failed its checks", exc_info=exc)
+        raise _Rejected(DumpRequestError(
+            f"the request could not be checked: {type(exc).__name__}: {exc}")) from exc
+    if dump_id is not None:
+        dump = replace(dump, id=dump_id)
+    scheduler.accept(dump)
+    return dump.id
 
 
 class _Rejected(Exception):

@@ -186,12 +186,17 @@ class WindowRunner(InlineRunner):
             if plan is None or plan.keys is not None:
                 future.set_result(None if plan is None else (plan, self.read(plan, spec)))
                 return
-            pending = self.reader.start_chunk_window(spec.low, spec.high, spec.info, plan.after,
-                                                     plan.upper, spec.limit)
+            pending = self._start_window(spec, plan)
         except BaseException as exc:
             future.set_exception(exc)
             return
         self._current = (pending, plan, future)
+
+    def _start_window(self, spec: JobSpec, plan: ChunkPlan) -> PendingWindow:
+        args = (spec.low, spec.high, spec.info, plan.after, plan.upper, spec.limit)
+        if plan.inclusive:  # (as in BlockingChunkRead: only when set)
+            return self.reader.start_chunk_window(*args, True)
+        return self.reader.start_chunk_window(*args)
 
     def wait(self, future: Future[ReadChunk | None]) -> None:
         while True:
@@ -223,11 +228,17 @@ class BlockingChunkRead:
         if plan.keys is not None:
             chunk = self.chunks.read_keys(spec.info, plan.keys)
         else:
-            chunk = self.chunks.read_chunk(spec.info, plan.after, plan.upper, spec.limit)
+            chunk = self._read(spec, plan)
         if self.hooks.before_high:
             self.hooks.before_high(plan)
         self.marks.write(spec.high)
         return chunk
+
+
+    def _read(self, spec: JobSpec, plan: ChunkPlan) -> Chunk:
+        if plan.inclusive:  # the flag is passed only when set: readers written before it
+            return self.chunks.read_chunk(spec.info, plan.after, plan.upper, spec.limit, True)
+        return self.chunks.read_chunk(spec.info, plan.after, plan.upper, spec.limit)
 
 
 def overlapping_runner(read: BlockingChunkRead, hooks: PhaseHooks) -> Runner:

@@ -20,13 +20,13 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
-from typing import Protocol
 
 from dblog.core import dumps as dumpops
-from dblog.core.acks import PipelineState, with_dump_state
+from dblog.core.acks import with_dump_state
 from dblog.core.chunkmemory import chunk_rows, row_bytes
+from dblog.core.dumprequests import validated_range_dump
 from dblog.core.dumps import ChunkPlan, Dump, DumpState
 from dblog.core.model import ChangeEvent, Op, TableId, TableInfo, Watermark
 from dblog.core.positions import Position
@@ -40,38 +40,12 @@ from dblog.core.window import (
     surviving_rows,
 )
 from dblog.engine.jobs import READ_AHEAD_DEPTH, ChunkJob, JobSpec, Runner, following
+from dblog.engine.outlet import OpenChunk, Outlet, log_skipped
 from dblog.engine.settings import EngineSettings, Knobs
 from dblog.errors import DblogError, DumpRequestError, FatalSourceError
 from dblog.spi import Chunk, ChunkReader, Clock, KeyListParser
 
 log = logging.getLogger("dblog.engine")
-
-
-class Outlet(Protocol):
-    """What the scheduler needs from delivery (:class:`dblog.engine.delivery.Delivery`)."""
-
-    def emit_all(self, events: list[ChangeEvent]) -> None: ...
-
-    def deliver(self) -> None: ...
-
-    def commit(self) -> PipelineState: ...
-
-    def update_committed(self, change: Callable[[PipelineState], PipelineState]) -> None: ...
-
-
-def log_skipped(table: object, error: DblogError) -> None:
-    """A table left out of a dump of every captured table (or of initial_dumps, when asked)."""
-    log.warning("not dumping %s: %s", table, error.message)
-
-
-@dataclass
-class OpenChunk:
-    plan: ChunkPlan
-    window: ChunkWindow
-    selected: int
-    limit: int
-    job: ChunkJob
-    idle_s: float = 0.0
 
 
 class DumpScheduler:
@@ -181,6 +155,14 @@ class DumpScheduler:
         return dumpops.validated_dump(chunks, self.table_info, tables, table, keys,
                                       on_skip=log_skipped, parse_keys=parse_keys)
 
+    def validated_range(self, table: str | TableId | None, key_from: Sequence[object] | None,
+                        key_to: Sequence[object] | None) -> Dump:
+        """A key-range dump for a request, checked against the source like key dumps."""
+        chunks = self.chunks
+        parse_keys = chunks.parse_keys if isinstance(chunks, KeyListParser) else None
+        return validated_range_dump(chunks, self.table_info, table, key_from, key_to,
+                                    parse_keys=parse_keys)
+
     def accept(self, dump: Dump) -> None:
         """Queue a validated dump and make it durable at once."""
         self.outlet.commit()
@@ -237,8 +219,8 @@ class DumpScheduler:
         started = dumpops.start_table(dump, table, upper, info.estimated_rows)
         self.live = self.live.put(started)
         self.record_progress(started)
-        log.info("dump %s: %s up to key %s (~%d rows)", dump.id, table, upper,
-                 info.estimated_rows)
+        log.info("dump %s: %s up to key %s (~%d rows)", dump.id, table,
+                 started.tables[0].upper_key if dump.key_range else upper, info.estimated_rows)
 
     def _open_chunk(self, plan: ChunkPlan) -> None:
         """Submit the chunk's L, SELECT, H; the window opens when L (or a change to the table)

@@ -25,9 +25,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from dblog.core.dumps import new_dump_id
-from dblog.core.requestcheck import check_request, shown
+from dblog.core.requestcheck import check_range, check_request, shown
 from dblog.errors import DumpRequestError
 from dblog.ha.zk import ZkPaths, classified
+from dblog.spi import DumpRequest
 
 log = logging.getLogger("dblog.ha")
 
@@ -47,6 +48,24 @@ def queue_dump(client: KazooClient, paths: ZkPaths, tables: list[str] | None = N
         "keys": None if checked.keys is None else [list(k) for k in checked.keys],
         "queued_at": time.time(),
     }
+    return _queued(client, paths, request)
+
+
+def queue_range_dump(client: KazooClient, paths: ZkPaths, table: object,
+                     key_from: list[Any] | None, key_to: list[Any] | None) -> str:
+    """Store a dump request of a key range of ``table`` (both ends included, None: open),
+    as :func:`queue_dump`: ``{"table": ..., "range": {"from": [...], "to": [...]}}``."""
+    checked = check_range(table, key_from, key_to)
+    request = {
+        "id": new_dump_id(), "tables": None, "table": str(checked.table), "keys": None,
+        "range": {"from": None if checked.key_from is None else list(checked.key_from),
+                  "to": None if checked.key_to is None else list(checked.key_to)},
+        "queued_at": time.time(),
+    }
+    return _queued(client, paths, request)
+
+
+def _queued(client: KazooClient, paths: ZkPaths, request: dict[str, Any]) -> str:
     with classified("queueing a dump request"):
         client.ensure_path(paths.requests)
         client.create(f"{paths.requests}/req-", json.dumps(request).encode(), sequence=True)
@@ -84,8 +103,27 @@ def decode(raw: bytes) -> dict[str, Any]:
 
 def checked(request: dict[str, Any]) -> dict[str, Any]:
     """``request`` if its shape is right (DumpRequestError otherwise)."""
-    check_request(request.get("tables"), request.get("table"), request.get("keys"))
+    ranged = request.get("range")
+    if ranged is None:
+        check_request(request.get("tables"), request.get("table"), request.get("keys"))
+        return request
+    if not isinstance(ranged, dict) or request.get("tables") is not None \
+            or request.get("keys") is not None:
+        raise DumpRequestError(f"a key range must be {{'from': [...], 'to': [...]}} with "
+                               f"one table and no tables or keys, got {shown(ranged)}")
+    check_range(request.get("table"), ranged.get("from"), ranged.get("to"))
     return request
+
+
+def dump_request(request: dict[str, Any]) -> DumpRequest:
+    """The engine's request for a queued one (checked by :func:`checked`); its id is the
+    dump's, so serving it twice queues one dump."""
+    ranged = request.get("range")
+    if ranged is not None:
+        return DumpRequest.key_range(request["table"], ranged.get("from"), ranged.get("to"),
+                                     request["id"])
+    return DumpRequest(request.get("tables"), request.get("table"), request.get("keys"),
+                       request["id"])
 
 
 def pending(client: KazooClient, paths: ZkPaths) -> list[tuple[str, dict[str, Any]]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -76,10 +77,21 @@ class HaInstance:
         pipeline = self.pipeline
         if pipeline is not None and pipeline.is_running():
             return pipeline.request_dump(request, timeout)
+        if request.ranged:
+            return requests.queue_range_dump(self.client, self.paths, request.table,
+                                             _listed(request.key_from), _listed(request.key_to))
         return requests.queue_dump(
             self.client, self.paths, None if request.tables is None else list(request.tables),
             table=request.table,
             keys=None if request.keys is None else [list(k) for k in request.keys])
+
+    def request_range_dump(self, table: str, key_from: list[Any] | None,
+                           key_to: list[Any] | None, dump_id: str | None = None,
+                           timeout: float = 60.0) -> str:
+        """A dump of a key range of ``table`` (both ends included), as :meth:`request_dump`
+        (the API's KeyRangeControl)."""
+        return self.request_dump(DumpRequest.key_range(table, key_from, key_to, dump_id),
+                                 timeout)
 
     def set_dump_state(self, dump_id: str, state: DumpState, timeout: float = 60.0) -> None:
         self._leading().set_dump_state(dump_id, state, timeout)
@@ -161,8 +173,7 @@ class HaInstance:
     def _serve_requests(self, pipeline: Pipeline, done: threading.Event) -> None:
         """Move queued dump requests into the state while this term's engine runs."""
         def submit(request: dict[str, Any]) -> Future[str]:
-            return pipeline.submit_dump(DumpRequest(request.get("tables"), request.get("table"),
-                                                    request.get("keys"), request["id"]))
+            return pipeline.submit_dump(requests.dump_request(request))
 
         while not done.wait(0.5):
             if not pipeline.is_running() or not self.election.is_leader():
@@ -171,3 +182,7 @@ class HaInstance:
                 requests.consume(self.client, self.paths, submit, timeout=30.0)
             except (DblogError, FutureTimeout) as exc:
                 log.warning("serving dump requests: %s", exc or type(exc).__name__)
+
+
+def _listed(key: Sequence[Any] | None) -> list[Any] | None:
+    return None if key is None else list(key)

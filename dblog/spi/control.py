@@ -16,13 +16,22 @@ from dblog.core.dumps import DumpState
 
 @dataclass(frozen=True)
 class DumpRequest:
-    """A dump of ``tables`` (None: every captured table), or of ``keys`` of ``table``.
-    A given ``dump_id`` makes the request idempotent."""
+    """A dump of ``tables`` (None: every captured table), or of ``keys`` of ``table``, or,
+    with ``ranged``, of the keys of ``table`` from ``key_from`` to ``key_to`` (both included;
+    None: that end is open). A given ``dump_id`` makes the request idempotent."""
 
     tables: Sequence[str] | None = None
     table: str | None = None
     keys: Sequence[Sequence[Any]] | None = None
     dump_id: str | None = None
+    key_from: Sequence[Any] | None = None
+    key_to: Sequence[Any] | None = None
+    ranged: bool = False
+
+    @classmethod
+    def key_range(cls, table: str, key_from: Sequence[Any] | None,
+                  key_to: Sequence[Any] | None, dump_id: str | None = None) -> DumpRequest:
+        return cls(table=table, key_from=key_from, key_to=key_to, dump_id=dump_id, ranged=True)
 
 
 class Control(Protocol):

@@ -65,9 +65,13 @@ class ChunkReader(Protocol):
     def max_key(self, info: TableInfo) -> Key | None: ...
 
     def read_chunk(
-        self, info: TableInfo, after: Key | None, upper: Key | None, limit: int
+        self, info: TableInfo, after: Key | None, upper: Key | None, limit: int,
+        inclusive: bool = False,
     ) -> Chunk:
-        """Rows with ``after < key <= upper`` in key order, at most ``limit``; fresh transaction."""
+        """Rows with ``after < key <= upper`` in key order, at most ``limit``; fresh transaction.
+        With ``inclusive``, ``after <= key <= upper`` (the first chunk of a key-range dump).
+        Keys compare as the database orders them (row values for a composite key); a None
+        bound is open."""
         ...
 
     def read_keys(self, info: TableInfo, keys: Sequence[Key]) -> Chunk: ...
@@ -114,8 +118,10 @@ class WindowChunkReader(Protocol):
 
     def start_chunk_window(
         self, low: str, high: str, info: TableInfo, after: Key | None, upper: Key | None,
-        limit: int,
-    ) -> PendingWindow: ...
+        limit: int, inclusive: bool = False,
+    ) -> PendingWindow:
+        """The SELECT reads what :meth:`ChunkReader.read_chunk` would, ``inclusive`` too."""
+        ...
 
 
 class WatermarkWriter(Protocol):

@@ -171,11 +171,12 @@ class MemoryChunkReader:
         return rows[-1][0] if rows else None
 
     def read_chunk(self, info: TableInfo, after: Key | None, upper: Key | None,
-                   limit: int) -> Chunk:
+                   limit: int, inclusive: bool = False) -> Chunk:
         with self.db.lock:
             rows = self._sorted(info)
         picked = [(k, r) for k, r in rows
-                  if (after is None or k > after) and (upper is None or k <= upper)]
+                  if (after is None or k > after or (inclusive and k == after))
+                  and (upper is None or k <= upper)]
         return Chunk(picked[:limit])
 
     def read_keys(self, info: TableInfo, keys: Sequence[Key]) -> Chunk:
@@ -231,13 +232,14 @@ class MemoryWindowChunkReader(MemoryChunkReader):
         return True
 
     def start_chunk_window(self, low: str, high: str, info: TableInfo, after: Key | None,
-                           upper: Key | None, limit: int) -> MemoryPendingWindow:
-        plan = ChunkPlan("", info.table, after=after, upper=upper)
+                           upper: Key | None, limit: int,
+                           inclusive: bool = False) -> MemoryPendingWindow:
+        plan = ChunkPlan("", info.table, after=after, upper=upper, inclusive=inclusive)
         self.started.append(plan)
         self.db.watermark(low)
         if self.hooks.after_low:
             self.hooks.after_low(plan)
-        chunk = self.read_chunk(info, after, upper, limit)
+        chunk = self.read_chunk(info, after, upper, limit, inclusive)
         if self.hooks.before_high:
             self.hooks.before_high(plan)
         self.db.watermark(high)

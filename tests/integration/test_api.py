@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from .pgutil import wait_until
+from .pgutil import read_events, wait_until
 from .test_api_env import Env, running, wait_dump
 
 pytestmark = pytest.mark.integration
@@ -155,11 +156,38 @@ def test_bad_requests_are_refused_naming_the_problem(env: Env, body: dict[str, o
     assert env.count("public.t_int") >= ROWS  # nothing was executed
 
 
-def test_a_key_range_is_checked_then_refused_until_the_engine_can_do_it(env: Env) -> None:
-    response = env.client().post("/api/v1/dumps", json={"table": "public.t_int",
-                                                        "from": [10], "to": [20]})
-    assert response.status_code == 501
-    assert "key-range dumps are not supported" in response.json()["detail"]
+def _dumped(env: Env, dump_id: str, count: int) -> list[dict[str, Any]]:
+    """The read events of ``dump_id`` in the output, once ``count`` of them are there."""
+    def events() -> list[dict[str, Any]]:
+        return [e for e in read_events(env.tmp / "out.jsonl") if e.get("dump_id") == dump_id]
+
+    wait_until(lambda: len(events()) >= count, 30, f"{count} rows of dump {dump_id}")
+    return events()
+
+
+def test_a_key_range_is_checked_then_dumped_with_both_ends_included(env: Env) -> None:
+    client = env.client()
+    response = client.post("/api/v1/dumps", json={"table": "public.t_int",
+                                                  "from": [10], "to": [20]})
+    assert response.status_code == 201, response.text
+    assert response.json()["kind"] == "range"
+    assert response.json()["key_range"] == {"from": [10], "to": [20]}
+    view = wait_dump(env, response.json()["id"], ("done", "failed"))
+    assert view["state"] == "done" and view["rows"] == 11, view
+    rows = _dumped(env, view["id"], 11)
+    assert sorted(e["key"][0] for e in rows) == list(range(10, 21))
+    assert all(e["op"] == "read" and e["after"] == {"id": e["key"][0], "v": f"init{e['key'][0]}"}
+               for e in rows)
+    # an open end, a composite key between existing keys, and a key of the wrong type
+    tail = client.post("/api/v1/dumps", json={"table": "public.t_int", "from": [ROWS - 2]})
+    assert wait_dump(env, tail.json()["id"], ("done", "failed"))["rows"] == 3
+    comp = client.post("/api/v1/dumps", json={"table": "public.t_comp",
+                                              "from": [3, "k3"], "to": [3, "k5"]})
+    comp_id = wait_dump(env, comp.json()["id"], ("done",))["id"]
+    keys = sorted(tuple(e["key"]) for e in _dumped(env, comp_id, 3))
+    assert keys == [(3, "k3"), (3, "k33"), (3, "k43")], "text keys compare as the database does"
+    bad = client.post("/api/v1/dumps", json={"table": "public.t_int", "from": ["abc"]})
+    assert bad.status_code == 422 and "key value for column id (integer)" in bad.json()["detail"]
 
 
 @pytest.mark.parametrize("body", [{}, {"chunk_size": 0}, {"chunk_delay_s": -1},

@@ -82,8 +82,9 @@ def _exercise(dep: Deployment) -> None:
     assert refused.returncode == 2 and "public.nope" in refused.stderr, refused
     bad_key = dep.cli("dump", "-t", "public.t_int", "--keys", "[[1, 2]]")
     assert bad_key.returncode == 2 and "1 value(s)" in bad_key.stderr, bad_key
-    ranged = dep.cli("dump", "-t", "public.t_int", "--from", "1", "--to", "10")
-    assert ranged.returncode == 2 and "key-range" in ranged.stderr, ranged
+    bad_range = dep.cli("dump", "-t", "public.t_int", "--from", "one")
+    assert bad_range.returncode == 2 and "column id (integer)" in bad_range.stderr, bad_range
+    ranged = dep.ok("dump", "-t", "public.t_int", "--from", "11", "--to", "20")
     keys = dep.ok("dump", "-t", "public.t_int", "--keys", "1,2,3")
     dump = dep.ok("dump", "-t", "public.t_int")
     assert dump["tables"] == ["public.t_int"]
@@ -91,6 +92,9 @@ def _exercise(dep: Deployment) -> None:
     listed = {d["id"]: d for d in dep.ok("dumps", "--json")}
     assert listed[dump["dump_id"]]["state"] == "paused"
     assert listed[keys["dump_id"]]["state"] == "done" and listed[keys["dump_id"]]["rows"] == 3
+    # dumps run in request order: the range (both ends included) finished before the keys
+    assert listed[ranged["dump_id"]]["kind"] == "range"
+    assert listed[ranged["dump_id"]]["state"] == "done" and listed[ranged["dump_id"]]["rows"] == 10
     assert dep.ok("set", "--chunk-size", "500", "--chunk-delay", "0") == \
         {"chunk_size": 500, "chunk_delay_s": 0.0}
     assert dep.ok("resume", dump["dump_id"])["state"] in ("queued", "running", "done")

@@ -13,6 +13,7 @@ from dblog.core.dumps import (
     Dump,
     DumpQueue,
     DumpState,
+    KeyRange,
     TableProgress,
     complete_chunk,
     dump_from_json,
@@ -288,9 +289,10 @@ def dumps(draw: st.DrawFn) -> Dump:
         for _ in range(draw(st.integers(1, 3)))
     )
     keys = draw(st.none() | st.lists(KEY, max_size=5).map(tuple))
+    key_range = draw(st.none() | st.builds(KeyRange, st.none() | KEY, st.none() | KEY))
     return Dump(draw(st.text(min_size=1, max_size=12)), tables, keys, draw(st.integers(0, 5)),
                 draw(st.sampled_from(DumpState)), draw(st.none() | st.text(max_size=10)),
-                draw(st.booleans()))
+                draw(st.booleans()), key_range)
 
 
 @settings(max_examples=200, deadline=None)
@@ -303,10 +305,10 @@ def test_dump_from_json_accepts_older_documents_without_optional_fields() -> Non
     raw = dump_to_json(start_table(tables_dump([A], "d1"), A, (9,), 5))
     for t in raw["tables"]:
         del t["estimated_rows"]
-    del raw["error"], raw["internal"]
+    del raw["error"], raw["internal"], raw["range"]
     dump = dump_from_json(raw)
     assert dump.tables[0].estimated_rows == 0
-    assert dump.error is None and dump.internal is False
+    assert dump.error is None and dump.internal is False and dump.key_range is None
     assert dump.tables[0].upper_key == (9,)
 
 

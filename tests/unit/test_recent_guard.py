@@ -48,8 +48,8 @@ class LaggingChunkReader(MemoryChunkReader):
         self.stale, self.pending = stale, pending
 
     def read_chunk(self, info: TableInfo, after: Key | None, upper: Key | None,
-                   limit: int) -> Chunk:
-        chunk = super().read_chunk(info, after, upper, limit)
+                   limit: int, inclusive: bool = False) -> Chunk:
+        chunk = super().read_chunk(info, after, upper, limit, inclusive)
         rows = [(k, self.stale.get(k, r)) for k, r in chunk.rows]
         return Chunk(rows, self.pending)
 

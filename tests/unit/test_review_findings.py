@@ -48,9 +48,10 @@ class LaggingChunkReader(MemoryChunkReader):
         return rows[-1][0] if rows else None
 
     def read_chunk(self, info: TableInfo, after: Key | None, upper: Key | None,
-                   limit: int) -> Chunk:
+                   limit: int, inclusive: bool = False) -> Chunk:
         picked = [(k, r) for k, r in self._rows(info)
-                  if (after is None or k > after) and (upper is None or k <= upper)]
+                  if (after is None or k > after or (inclusive and k == after))
+                  and (upper is None or k <= upper)]
         # like PostgreSQL's txid_status(): the lagging transactions' commits are logged
         return Chunk(picked[:limit], self.pending, self.pending)
 
@@ -62,8 +63,9 @@ def catch_up_after_one_read(reader: LaggingChunkReader) -> None:
     """The reader's snapshot catches up once a chunk was read (a re-read sees everything)."""
     original = reader.read_chunk
 
-    def read_once(info: TableInfo, after: Key | None, upper: Key | None, limit: int) -> Chunk:
-        chunk = original(info, after, upper, limit)
+    def read_once(info: TableInfo, after: Key | None, upper: Key | None, limit: int,
+                  inclusive: bool = False) -> Chunk:
+        chunk = original(info, after, upper, limit, inclusive)
         reader.stale, reader.pending = None, frozenset()
         return chunk
 

@@ -105,10 +105,10 @@ class FailingReader(MemoryChunkReader):
         self.table, self.error = table, error
 
     def read_chunk(self, info: TableInfo, after: Key | None, upper: Key | None,
-                   limit: int) -> Chunk:
+                   limit: int, inclusive: bool = False) -> Chunk:
         if info.table == self.table:
             raise self.error
-        return super().read_chunk(info, after, upper, limit)
+        return super().read_chunk(info, after, upper, limit, inclusive)
 
     def read_keys(self, info: TableInfo, keys: Sequence[Key]) -> Chunk:
         if info.table == self.table:
