@@ -75,6 +75,7 @@ class SparkOutput:
         self._durable = 0
         self._open = False
         self._last_purge = self._last_commit = time.monotonic()
+        self._last_checkpoint = float("-inf")
         self._retrying: Sequence[ChangeEvent] | None = None
         self._stored_meta: tuple[str | None, dict[TableId, Guard]] = (None, {})
         """The scheme and barriers in the checkpoint row (a commit without a new checkpoint
@@ -211,7 +212,7 @@ class SparkOutput:
         try:
             self._send_kafka(through)
             if plan is not None:
-                self._write_delta(plan, covered, through)
+                covered = self._write_delta(plan, covered, through)
         except Exception as exc:
             raise classify(exc, f"flushing {self.name}") from exc
         self._state, self._pending, self._durable = state, [], through
@@ -244,7 +245,9 @@ class SparkOutput:
         self.timings["kafka"] += time.monotonic() - started
         self._unsent = [e for e in self._unsent if e.seq > through]
 
-    def _write_delta(self, plan: Plan, covered: Checkpoint | None, through: int) -> None:
+    def _write_delta(self, plan: Plan, covered: Checkpoint | None, through: int
+                     ) -> Checkpoint | None:
+        """MERGE the tables, then the checkpoint row when due; the checkpoint written."""
         delta = self._delta
         assert delta is not None
         delta.metrics = []
@@ -254,12 +257,17 @@ class SparkOutput:
         written = time.monotonic()
         assert delta.checkpoint is not None
         meta = (plan.scheme or self._scheme, dict(plan.barriers))
+        if covered is not None and \
+                written - self._last_checkpoint < delta.config.checkpoint_interval_s:
+            covered = None  # not due: the row keeps the last checkpoint
         if covered is not None or meta != self._stored_meta:
             delta.checkpoint.write(covered, meta[0], meta[1], through)
             self._stored_meta = meta
+            self._last_checkpoint = written if covered is not None else self._last_checkpoint
         self.timings["tables"] += written - started
         self.timings["checkpoint"] += time.monotonic() - written
         self._purge(delta, covered, through)
+        return covered
 
     def _purge(self, delta: SparkDeltaWriter, covered: Checkpoint | None, seq: int) -> None:
         margin = delta.config.tombstone_margin

@@ -41,6 +41,11 @@ class SparkDeltaSink(BaseModel):
     """Per source table (``schema.table``): partition columns of a table dblog creates."""
     tombstone_margin: int | None = Field(None, ge=0)
     purge_interval_s: float = Field(600.0, ge=0)
+    checkpoint_interval_s: float = Field(30.0, ge=0)
+    """The checkpoint row is rewritten at most this often (and whenever the guard scheme or a
+    truncate barrier changes): it is a MERGE of its own, about as long as a table's. A
+    checkpoint older than the data only means a restart replays more, which the guards make
+    harmless. 0: with every flush."""
 
     @field_validator("table_path", "table_name")
     @classmethod
