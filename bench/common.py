@@ -1,12 +1,16 @@
 """What the PostgreSQL (run.py) and MariaDB (mysql.py, mysql_child.py) benchmarks share: the
-dblog child's memory and liveness probes, and the summary every ``--db`` mode prints."""
+dblog child's memory and liveness probes, and the summary every ``--db`` mode prints; and the
+run of a replica benchmark (replica.py, spark.py) on a throwaway PostgreSQL."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import resource
 import statistics
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +27,27 @@ def rss_kb() -> dict[str, int]:
                 out[key] = int(value.split()[0])
     out.setdefault("VmHWM", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     return out
+
+
+def on_postgres(dsn: str | None, prefix: str,
+                measure: Callable[[str, Path], dict[str, Any]]) -> int:
+    """Print ``measure(dsn, workdir)`` as ONE JSON line on stdout; 0 (the exit status).
+    ``measure`` runs on the PostgreSQL at ``dsn``, or (None) on a throwaway one started and
+    stopped here, with a temporary folder (named ``prefix...``) removed after it."""
+    server = None
+    if dsn is None:
+        from dblog.harness.postgres import start_postgres
+
+        server = start_postgres()
+        dsn = server.dsn()
+    try:
+        with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+            result = measure(dsn, Path(tmp))
+    finally:
+        if server is not None:
+            server.stop()
+    print(json.dumps(result), flush=True)
+    return 0
 
 
 def alive(pipeline: Any) -> None:

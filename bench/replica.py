@@ -22,23 +22,25 @@ line on stdout, progress on stderr:
   own dump rate here, which bounds every output's.
 * merge_cost (Delta): the time of one dblog MERGE of 1,000 keys (clustered: consecutive ids;
   scattered: random ids) into a Delta table of S rows, for each S of ``--merge-sizes``.
+
+bench/spark.py reuses its source side: the options (``source_args``), loading and cleaning
+the table (``load_source``, ``clean_source``), the timed dump and stream (``timed_dump``,
+``timed_stream``) and the source rows.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
-import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import rss_kb, wait_dump
+from common import on_postgres, rss_kb, wait_dump
 from run import TABLE, UPDATE_SQL, drop_slot, load_table, progress
 
 SELECT = (f"SELECT id, i1, i2, name, amount::text, note, created_at::text, updated_at::text "
@@ -85,34 +87,49 @@ def dblog_dump(dsn: str, output: Any, workdir: Path, chunk: int,
                         settings=EngineSettings(chunk_size=chunk))
     pipeline.start()
     try:
-        started = time.monotonic()
-        dump_id = pipeline.dump([TABLE])
-        dump, _, flushed_at = wait_dump(pipeline, dump_id, started, 3600)
-        rows = sum(t["rows"] for t in dump["tables"])
+        rows, seconds = timed_dump(pipeline, 3600)
     finally:
         pipeline.stop()
-    return {"rows": rows, "seconds": flushed_at - started}
+    return {"rows": rows, "seconds": seconds}
+
+
+def timed_dump(pipeline: Any, timeout_s: float) -> tuple[int, float]:
+    """Dump the benchmark table through the started ``pipeline``: the rows dumped, and the
+    seconds until all of them were committed (``timeout_s`` at most)."""
+    started = time.monotonic()
+    dump_id = pipeline.dump([TABLE])
+    dump, _, flushed_at = wait_dump(pipeline, dump_id, started, timeout_s)
+    return sum(t["rows"] for t in dump["tables"]), flushed_at - started
 
 
 def dblog_stream(dsn: str, output: Any, workdir: Path, updates: int) -> dict[str, Any]:
     """Write the updates while dblog is stopped, then time their consumption."""
-    import psycopg
-
     from dblog.app.pipeline import Pipeline
     from dblog.connectors.postgres import PostgresConnector
-    from dblog.connectors.postgres.positions import Lsn
     from dblog.engine import EngineSettings
+
+    return timed_stream(dsn, updates, lambda: Pipeline(
+        PostgresConnector({"dsn": dsn, "tables": [TABLE], "slot": "bench_rep"}, "bench_rep"),
+        [output], state_path=str(workdir / "bench_rep-state.json"), settings=EngineSettings()))
+
+
+def timed_stream(dsn: str, updates: int, make_pipeline: Callable[[], Any],
+                 wait_s: float = 60.0) -> dict[str, Any]:
+    """Write ``updates`` single-row UPDATEs to the source, then start the pipeline
+    ``make_pipeline`` builds and time it until its committed position passes them (an hour
+    at most); ``wait_s``: how long its start and its stop may take."""
+    import psycopg
+
+    from dblog.connectors.postgres.positions import Lsn
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(UPDATE_SQL.format(rows=updates))
         row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
         assert row is not None
         end = Lsn.parse(row[0])
-    pipeline = Pipeline(PostgresConnector({"dsn": dsn, "tables": [TABLE], "slot": "bench_rep"},
-                                          "bench_rep"), [output],
-                        state_path=str(workdir / "bench_rep-state.json"), settings=EngineSettings())
+    pipeline = make_pipeline()
     started = time.monotonic()
-    pipeline.start()
+    pipeline.start(wait_ready=wait_s)
     try:
         while True:
             position = pipeline.status()["committed_position"]
@@ -123,8 +140,36 @@ def dblog_stream(dsn: str, output: Any, workdir: Path, updates: int) -> dict[str
             time.sleep(0.01)
         seconds = time.monotonic() - started
     finally:
-        pipeline.stop()
+        pipeline.stop(wait_s)
     return {"updates": updates, "seconds": seconds}
+
+
+def load_source(dsn: str, rows: int) -> None:
+    """Fill the benchmark table of bench/run.py with ``rows`` rows."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        progress(f"loading {rows} rows")
+        load_table(conn, rows)
+
+
+def clean_source(dsn: str, slots: Sequence[str]) -> None:
+    """Drop the benchmark's slots and table: leave a --dsn server as it was."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for slot in slots:
+            drop_slot(conn, slot)
+        conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
+
+
+def source_args(parser: argparse.ArgumentParser, rows: int) -> None:
+    """The options of every PostgreSQL replica benchmark (the source and the workload)."""
+    parser.add_argument("--db", choices=["postgres"], default="postgres")
+    parser.add_argument("--rows", type=int, default=rows)
+    parser.add_argument("--updates", type=int, default=100_000)
+    parser.add_argument("--chunk-size", type=int, default=1000)
+    parser.add_argument("--dsn", help="use this PostgreSQL instead of a throwaway one")
 
 
 def _upsert_sql(engine: Any, names: list[str]) -> str:
@@ -148,8 +193,8 @@ def raw_sql(url: str, info: Any, timed: list[dict[str, Any]],
     replica's (``prefill`` written first, untimed), the rows converted as the output converts
     them, guard columns constant; rows/s of ``timed``."""
     from dblog.outputs.sql import make_engine
-    from dblog.outputs.sql_kinds import to_db
-    from dblog.outputs.sql_schema import build_table, kinds_of
+    from dblog.outputs.sql_kinds import kinds_of, to_db
+    from dblog.outputs.sql_schema import build_table
 
     engine = make_engine(url)
     dialect, kinds = engine.dialect.name, kinds_of(info)
@@ -271,11 +316,7 @@ def prepare_target(kind: str, target: str, workdir: Path) -> tuple[str, Any]:
 
 
 def measure(args: argparse.Namespace, dsn: str, workdir: Path) -> dict[str, Any]:
-    import psycopg
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        progress(f"loading {args.rows} rows")
-        load_table(conn, args.rows)
+    load_source(dsn, args.rows)
     rows = source_rows(dsn)
     url, server = prepare_target(args.output, args.target, workdir)
     try:
@@ -297,10 +338,7 @@ def measure(args: argparse.Namespace, dsn: str, workdir: Path) -> dict[str, Any]
     finally:
         if server is not None:
             server.stop()
-        with psycopg.connect(dsn, autocommit=True) as conn:  # leave a --dsn server as it was
-            drop_slot(conn, "bench_rep")
-            drop_slot(conn, "bench_ref")
-            conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
+        clean_source(dsn, ["bench_rep", "bench_ref"])
     dump_rate, stream_rate = dump["rows"] / dump["seconds"], args.updates / stream["seconds"]
     return {
         "db": "postgres", "output": args.output,
@@ -322,7 +360,7 @@ def measure(args: argparse.Namespace, dsn: str, workdir: Path) -> dict[str, Any]
 def raw_side(args: argparse.Namespace, url: str, rows: list[dict[str, Any]],
              updated: list[dict[str, Any]], workdir: Path, reader: Any) -> dict[str, Any]:
     from dblog.core.model import TableId
-    from dblog.outputs.sql_schema import kinds_of
+    from dblog.outputs.sql_kinds import kinds_of
 
     info = reader.table_info(TableId.parse(TABLE))
     kinds = kinds_of(info)
@@ -340,32 +378,15 @@ def raw_side(args: argparse.Namespace, url: str, rows: list[dict[str, Any]],
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--db", choices=["postgres"], default="postgres")
+    source_args(parser, rows=200_000)
     parser.add_argument("--output", choices=["sql", "delta"], required=True)
     parser.add_argument("--target", choices=["sqlite", "postgres", "mariadb"],
                         default="postgres", help="the sql output's database")
-    parser.add_argument("--rows", type=int, default=200_000)
-    parser.add_argument("--updates", type=int, default=100_000)
-    parser.add_argument("--chunk-size", type=int, default=1000)
     parser.add_argument("--merge-sizes", default="1000000",
                         help="Delta table sizes for the MERGE cost (comma-separated)")
-    parser.add_argument("--dsn", help="use this PostgreSQL instead of a throwaway one")
     args, _ = parser.parse_known_args(argv)
-    server = None
-    dsn = args.dsn
-    if dsn is None:
-        from dblog.harness.postgres import start_postgres
-
-        server = start_postgres()
-        dsn = server.dsn()
-    try:
-        with tempfile.TemporaryDirectory(prefix="dblog-bench-replica-") as tmp:
-            result = measure(args, dsn, Path(tmp))
-    finally:
-        if server is not None:
-            server.stop()
-    print(json.dumps(result), flush=True)
-    return 0
+    return on_postgres(args.dsn, "dblog-bench-replica-",
+                       lambda dsn, workdir: measure(args, dsn, workdir))
 
 
 if __name__ == "__main__":

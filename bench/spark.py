@@ -29,7 +29,6 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -37,9 +36,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import rss_kb, wait_dump
-from replica import delta_tables, source_rows
-from run import TABLE, UPDATE_SQL, drop_slot, load_table, progress
+from common import on_postgres, rss_kb
+from replica import (
+    clean_source,
+    delta_tables,
+    load_source,
+    source_args,
+    source_rows,
+    timed_dump,
+    timed_stream,
+)
+from run import TABLE, progress
 
 SLOT = "bench_rep"  # replica.dblog_stream resumes on this slot
 
@@ -89,43 +96,18 @@ def dblog_dump(dsn: str, output: Any, workdir: Path, settings: Any,
     pipeline.start(wait_ready=600)
     sampler = RssSampler(pipeline, rows)
     try:
-        started = time.monotonic()
-        dump_id = pipeline.dump([TABLE])
-        dump, _, flushed_at = wait_dump(pipeline, dump_id, started, 7200)
-        done = sum(t["rows"] for t in dump["tables"])
+        done, seconds = timed_dump(pipeline, 7200)
     finally:
         samples = sampler.stop()
         pipeline.stop(600)
-    return {"rows": done, "seconds": flushed_at - started, "rss_mb": samples}
+    return {"rows": done, "seconds": seconds, "rss_mb": samples}
 
 
 def dblog_stream(dsn: str, output: Any, workdir: Path, settings: Any,
                  updates: int) -> dict[str, Any]:
     """Write the updates while dblog is stopped, then time their consumption."""
-    import psycopg
-
-    from dblog.connectors.postgres.positions import Lsn
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(UPDATE_SQL.format(rows=updates))
-        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
-        assert row is not None
-        end = Lsn.parse(row[0])
-    pipeline = _pipeline(dsn, output, workdir, settings)
-    started = time.monotonic()
-    pipeline.start(wait_ready=600)
-    try:
-        while True:
-            position = pipeline.status()["committed_position"]
-            if position is not None and Lsn.parse(position) >= end:
-                break
-            if time.monotonic() > started + 3600:
-                raise RuntimeError("the stream was not consumed in an hour")
-            time.sleep(0.01)
-        seconds = time.monotonic() - started
-    finally:
-        pipeline.stop(600)
-    return {"updates": updates, "seconds": seconds}
+    return timed_stream(dsn, updates, lambda: _pipeline(dsn, output, workdir, settings),
+                        wait_s=600)
 
 
 def latency(seconds: list[float]) -> dict[str, float]:
@@ -174,7 +156,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     from dblog.outputs.spark import SparkOutput
     from dblog.outputs.spark_config import SparkConfig
     from dblog.outputs.spark_session import start_session
-    from dblog.outputs.sql_schema import kinds_of
+    from dblog.outputs.sql_kinds import kinds_of
 
     workdir = Path(args.workdir)
     config = SparkConfig(**session_config(args.master, str(workdir / "delta"),
@@ -235,11 +217,7 @@ def report(args: argparse.Namespace, got: dict[str, Any]) -> dict[str, Any]:
 
 
 def measure(args: argparse.Namespace, dsn: str, workdir: Path) -> dict[str, Any]:
-    import psycopg
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        progress(f"loading {args.rows} rows")
-        load_table(conn, args.rows)
+    load_source(dsn, args.rows)
     try:
         cmd = [sys.executable, __file__, "--child", "--dsn", dsn, "--workdir", str(workdir),
                "--rows", str(args.rows), "--updates", str(args.updates),
@@ -249,19 +227,14 @@ def measure(args: argparse.Namespace, dsn: str, workdir: Path) -> dict[str, Any]
         done = subprocess.run(cmd, stdout=subprocess.PIPE, check=True, text=True)
         got: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:  # leave a --dsn server as it was
-            drop_slot(conn, SLOT)
-            conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
+        clean_source(dsn, [SLOT])
     return report(args, got)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--db", choices=["postgres"], default="postgres")
+    source_args(parser, rows=1_000_000)
     parser.add_argument("--output", choices=["spark-delta"], default="spark-delta")
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--updates", type=int, default=100_000)
-    parser.add_argument("--chunk-size", type=int, default=1000)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--queue-batches", type=int, default=25,
                         help="the engine's output_queue_batches (batches of 2,000 events): "
@@ -269,28 +242,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit-interval", type=float, default=2.0,
                         help="the output's commit_interval_s (the stream's last flush waits "
                              "for it)")
-    parser.add_argument("--dsn", help="use this PostgreSQL instead of a throwaway one")
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args, _ = parser.parse_known_args(argv)
     if args.child:
         print(json.dumps(child(args)), flush=True)
         return 0
-    server = None
-    dsn = args.dsn
-    if dsn is None:
-        from dblog.harness.postgres import start_postgres
-
-        server = start_postgres()
-        dsn = server.dsn()
-    try:
-        with tempfile.TemporaryDirectory(prefix="dblog-bench-spark-") as tmp:
-            result = measure(args, dsn, Path(tmp))
-    finally:
-        if server is not None:
-            server.stop()
-    print(json.dumps(result), flush=True)
-    return 0
+    return on_postgres(args.dsn, "dblog-bench-spark-",
+                       lambda dsn, workdir: measure(args, dsn, workdir))
 
 
 if __name__ == "__main__":

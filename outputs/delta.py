@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,16 +30,21 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from pydantic import BaseModel, ConfigDict, Field
 
 from dblog.core.model import ChangeEvent, Key, Row, TableId, TableInfo
-from dblog.core.positions import decode_position
-from dblog.errors import DblogError, FatalOutputError, LeadershipLost, RetryableOutputError
+from dblog.errors import DblogError, FatalOutputError, RetryableOutputError
 from dblog.formats.base import TableLookup, no_tables
-from dblog.replica import ApplyState, Plan, TablePlan, plan_batch, purge_bound, scheme_for
+from dblog.replica import (
+    CommitBuffer,
+    Plan,
+    PurgeSchedule,
+    ReplicaProgress,
+    TablePlan,
+    decoded_rows,
+)
 from dblog.spi import Checkpoint, Finding
 
 from . import delta_table as dtab
 from .delta_checkpoint import CheckpointTable
-from .sql_kinds import DELETED, ColumnKind, kind_of, kind_of_value
-from .sql_write import decoded_rows
+from .sql_kinds import DELETED, ColumnKind, add_row_kinds, kinds_of, require_info
 
 log = logging.getLogger("dblog.outputs.delta")
 
@@ -112,13 +116,11 @@ class DeltaOutput:
         self._fence: Callable[[], bool] | None = None
         self._replicas: dict[TableId, DeltaReplica] = {}
         self._ckpt: CheckpointTable | None = None
-        self._pending: list[ChangeEvent] = []
-        self._retrying: Sequence[ChangeEvent] | None = None
-        self._state = ApplyState()
-        self._scheme: str | None = None
-        self._checkpoint: Checkpoint | None = None
-        self._durable = 0
-        self._last_purge = self._last_commit = time.monotonic()
+        self._buffer = CommitBuffer(self.config.commit_every, self.config.commit_interval_s)
+        self._progress = ReplicaProgress(self.name, "delete the Delta tables, then dump the "
+                                                    "source again")
+        self._tombstones = PurgeSchedule(self.config.tombstone_margin,
+                                         self.config.purge_interval_s)
         self.merge_metrics: list[dict[str, Any]] = []
         """The metrics of the last flush's MERGEs (bench and tests read them)."""
 
@@ -145,12 +147,10 @@ class DeltaOutput:
                 dtab.claim(DeltaTable(str(path)), self.pipeline, self.epoch)
         except Exception as exc:
             raise classify(exc, f"opening {self.name}") from exc
-        self._scheme = stored.scheme
-        self._state = ApplyState.restored(None, stored.barriers)
-        self._checkpoint = None if stored.state is None else \
-            Checkpoint(self.pipeline, stored.epoch, stored.state)
-        self._pending, self._replicas, self._retrying = [], {}, None
-        self._durable = committed_seq
+        self._progress.restore(stored.scheme, stored.barriers, stored.checkpoint(self.pipeline),
+                               committed_seq)
+        self._buffer.clear()
+        self._replicas = {}
 
     def _table_folders(self) -> list[Path]:
         return sorted(p for p in self.root.iterdir()
@@ -161,32 +161,23 @@ class DeltaOutput:
         the same batch (after a failed commit) does not buffer it twice."""
         if self._ckpt is None:
             raise FatalOutputError(f"{self.name} is not open")
-        if events is not self._retrying:
-            self._pending.extend(events)
-        self._retrying = events
-        if len(self._pending) >= self.config.commit_every:
-            self._commit(None)
-        self._retrying = None
+        self._buffer.write(events, lambda: self._commit(None))
 
     def flush(self) -> int:
-        return self._commit(None) if self._due() else self._durable
+        """Commit when due (see ``commit_interval_s``); the acknowledged sequence number."""
+        return self._commit(None) if self._buffer.due() else self._progress.durable
 
     def flush_checkpoint(self, checkpoint: Checkpoint) -> int:
-        return self._commit(checkpoint) if self._due() else self._durable
-
-    def _due(self) -> bool:
-        """Whether a flush commits now (see ``commit_interval_s``)."""
-        return (len(self._pending) >= self.config.commit_every or
-                time.monotonic() - self._last_commit >= self.config.commit_interval_s)
+        return self._commit(checkpoint) if self._buffer.due() else self._progress.durable
 
     def committed_checkpoint(self) -> Checkpoint | None:
-        return self._checkpoint
+        return self._progress.checkpoint
 
     def close(self) -> None:
         """Commit what waits for ``commit_interval_s`` (best effort: it is replayed anyway,
         from the last acknowledged state)."""
         try:
-            if self._ckpt is not None and self._pending:
+            if self._ckpt is not None and len(self._buffer):
                 self._commit(None)
         except DblogError as exc:
             log.warning("%s: buffered events not committed at close: %s", self.name, exc)
@@ -196,7 +187,7 @@ class DeltaOutput:
 
     def discard(self) -> None:
         """A deposed leader: drop what is buffered, write nothing."""
-        self._pending = []
+        self._buffer.clear()
         self.close()
 
     # -- flushing -----------------------------------------------------------------------------
@@ -205,30 +196,19 @@ class DeltaOutput:
         ckpt = self._ckpt
         if ckpt is None:
             raise FatalOutputError(f"{self.name} is not open")
-        if not self._pending and (checkpoint is None or checkpoint == self._checkpoint):
-            return self._durable
-        if self._fence is not None and not self._fence():
-            raise LeadershipLost(f"leadership lost: {len(self._pending)} event(s) not written "
-                                 f"to {self.name}")
-        state, plan = plan_batch(self._state, self._pending)
-        if plan.scheme is not None and self._scheme not in (None, plan.scheme):
-            raise FatalOutputError(f"{self.name}: the replica's guards are {self._scheme!r}, "
-                                   f"the stream's {plan.scheme!r}",
-                                   fix="delete the Delta tables, then dump the source again")
-        through = max(self._durable, plan.through_seq)
-        covered = checkpoint if checkpoint is not None and checkpoint.seq <= through else None
+        commit = self._progress.begin(self._buffer.events, checkpoint, self._fence)
+        if commit is None:
+            return self._progress.durable
+        through = commit.through
         try:
             ckpt.check()
-            self.merge_metrics = [self._apply(t, through) for t in plan.tables]
-            ckpt.write(covered, plan.scheme or self._scheme, dict(plan.barriers), through)
-            self._maintain(covered, through)
+            self.merge_metrics = [self._apply(t, through) for t in commit.plan.tables]
+            ckpt.write(commit.checkpoint, commit.scheme, dict(commit.plan.barriers), through)
+            self._maintain(commit.checkpoint, through)
         except Exception as exc:
             raise classify(exc, f"flushing {self.name}") from exc
-        self._state, self._pending, self._durable = state, [], through
-        self._last_commit = time.monotonic()
-        self._scheme = plan.scheme or self._scheme
-        self._checkpoint = covered or self._checkpoint
-        return through
+        self._buffer.committed()
+        return self._progress.finish(commit)
 
     def _apply(self, plan: TablePlan, seq: int) -> dict[str, Any]:
         """One table plan: truncate, then one guarded MERGE (each a fenced commit)."""
@@ -239,10 +219,9 @@ class DeltaOutput:
         if plan.truncate is not None:
             table.delete(dtab.guard_below(plan.truncate), commit_properties=props)
         rows = decoded_rows(plan)
-        self._evolve(replica, rows)
-        changes = list(zip(plan.changes, rows, strict=True))
-        if any(change.keep for change in plan.changes):
-            changes = dtab.with_kept(table, replica.kinds, replica.key, changes, self.name)
+        add_row_kinds(replica.kinds, rows, lambda: self._lookup(replica.source))
+        changes = dtab.with_kept(table, replica.kinds, replica.key,
+                                 list(zip(plan.changes, rows, strict=True)), self.name)
         if not changes:
             return {}
         source = dtab.batch(replica.kinds, replica.key, changes,
@@ -253,31 +232,13 @@ class DeltaOutput:
         predicate = dtab.merge_predicate(replica.kinds, replica.key, source)
         return dtab.merge(table, source, predicate, props)
 
-    def _evolve(self, replica: DeltaReplica, rows: list[Row | None]) -> None:
-        """Columns the rows have that the table lacks: the MERGE adds them (merge_schema)."""
-        info = None
-        for row in rows:
-            if row is None or replica.kinds.keys() >= row.keys():
-                continue
-            if info is None:
-                info = self._lookup(replica.source)
-            known = {} if info is None else {c.name: c.type_name for c in info.columns}
-            for column, value in row.items():
-                if column not in replica.kinds:
-                    replica.kinds[column] = kind_of(known[column]) if column in known \
-                        else kind_of_value(value)
-
     def _replica(self, table: TableId) -> DeltaReplica:
         replica = self._replicas.get(table)
         if replica is not None:
             return replica
-        info = self._lookup(table)
-        if info is None:
-            raise FatalOutputError(f"{self.name}: no metadata for source table {table}",
-                                   fix="give the output the source's table metadata "
-                                       "(DeltaOutput(..., tables=lookup) or set_tables)")
+        info = require_info(self._lookup, table, self.name, "DeltaOutput")
         path = self.root / self.config.table_path.format(schema=table.schema, table=table.name)
-        kinds = {c.name: kind_of(c.type_name) for c in info.columns}
+        kinds = kinds_of(info)
         partition = self.config.partition_by.get(str(table))
         opened = dtab_open(path, kinds, info.key_columns, partition, self.pipeline, self.epoch)
         replica = self._replicas[table] = DeltaReplica(table, opened, kinds, info.key_columns)
@@ -291,20 +252,14 @@ class DeltaOutput:
             if every is not None and replica.merges >= every:
                 replica.merges = 0
                 self._compact(replica)
-        margin, text = self.config.tombstone_margin, None
-        if covered is not None:
-            text = covered.state.get("position")
-        if margin is None or not isinstance(text, str) or \
-                time.monotonic() - self._last_purge < self.config.purge_interval_s:
+        bound = self._tombstones.bound(covered)
+        if bound is None:
             return
-        position = decode_position(text)
-        assert position is not None
-        bound = purge_bound(scheme_for(position), position, margin)
         for replica in self._replicas.values():
             dtab.check_epoch(replica.table, self.pipeline, self.epoch)
             replica.table.delete(f"{DELETED} AND ({dtab.guard_below(bound)})",
                                  commit_properties=props)
-        self._last_purge = time.monotonic()
+        self._tombstones.purged()
 
     def _compact(self, replica: DeltaReplica) -> None:
         table = replica.table
@@ -364,7 +319,7 @@ def read_live(config: DeltaConfig | dict[str, Any], info: TableInfo) -> dict[Key
     cfg = config if isinstance(config, DeltaConfig) else DeltaConfig(**config)
     path = Path(cfg.path) / cfg.table_path.format(schema=info.table.schema,
                                                   table=info.table.name)
-    kinds = {c.name: kind_of(c.type_name) for c in info.columns}
+    kinds = kinds_of(info)
     return dtab.live_rows(DeltaTable(str(path)), kinds, info.key_columns)
 
 

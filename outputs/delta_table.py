@@ -33,7 +33,8 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from dblog.core.model import Key, Row
 from dblog.errors import FatalOutputError, LeadershipLost
-from dblog.replica import Guard, RowChange
+from dblog.replica import Guard, RowChange, kept
+from dblog.replica.kept import Changes
 
 from .sql_kinds import (
     DELETED,
@@ -230,27 +231,10 @@ def live_rows(table: DeltaTable, kinds: dict[str, ColumnKind], key: Sequence[str
 
 
 def with_kept(table: DeltaTable, kinds: dict[str, ColumnKind], key: Sequence[str],
-              changes: list[tuple[RowChange, Row | None]], name: str
-              ) -> list[tuple[RowChange, Row | None]]:
-    """Fill ``keep`` columns from the stored rows (as :func:`dblog.outputs.sql_write.with_kept`)."""
-    wanted = {c.key for c, _ in changes if c.keep}
-    wanted |= {c.keep_from for c, _ in changes if c.keep and c.keep_from is not None}
-    stored = stored_rows(table, kinds, key, wanted)
-    out: list[tuple[RowChange, Row | None]] = []
-    for change, row in changes:
-        if not change.keep or row is None:
-            out.append((change, row))
-            continue
-        own = stored.get(change.key)
-        if own is not None and own[0] >= change.guard:
-            continue
-        source = stored.get(change.key if change.keep_from is None else change.keep_from)
-        if source is None or source[1] is None:
-            raise FatalOutputError(f"{name}: the change at seq {change.seq} keeps "
-                                   f"{sorted(change.keep)}, which the table does not hold",
-                                   fix="dump the table again (a dump row carries every column)")
-        out.append((change, {**row, **{c: source[1].get(c) for c in change.keep}}))
-    return out
+              changes: Changes, name: str) -> Changes:
+    """Fill ``keep`` columns from the stored rows (:func:`dblog.replica.kept.with_kept`)."""
+    return kept.with_kept(changes, lambda keys: stored_rows(table, kinds, key, keys),
+                          kept.missing_in(name))
 
 
 def check_table(table: DeltaTable, kinds: dict[str, ColumnKind], key: Sequence[str]) -> None:

@@ -23,16 +23,16 @@ commit and its temporary views never reach the caller's session.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dblog.core.model import ChangeEvent, TableId, TableInfo
-from dblog.core.positions import decode_position
-from dblog.errors import DblogError, FatalOutputError, LeadershipLost
+from dblog.errors import DblogError, FatalOutputError
 from dblog.formats.base import TableLookup, no_tables
-from dblog.replica import ApplyState, Guard, Plan, plan_batch, purge_bound, scheme_for
+from dblog.replica import Commit, CommitBuffer, Guard, PurgeSchedule, ReplicaProgress
 from dblog.spi import Checkpoint, Finding
 
 from .spark_config import SparkConfig
@@ -40,6 +40,7 @@ from .spark_delta import SparkDeltaWriter
 from .spark_kafka import SparkKafkaWriter
 from .spark_session import check_classes, check_master, connector_jars, start_session
 from .spark_target import classify
+from .sql_checkpoint import StoredCheckpoint
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -67,19 +68,18 @@ class SparkOutput:
         self._fence: Callable[[], bool] | None = None
         self._delta: SparkDeltaWriter | None = None
         self._kafka: list[SparkKafkaWriter] = []
-        self._pending: list[ChangeEvent] = []
-        self._unsent: list[ChangeEvent] = []
-        self._state = ApplyState()
-        self._scheme: str | None = None
-        self._checkpoint: Checkpoint | None = None
-        self._durable = 0
+        self._buffer = CommitBuffer(self.config.commit_every, self.config.commit_interval_s)
+        self._unsent: list[ChangeEvent] = []  # not sent to the Kafka sinks yet
+        self._progress = ReplicaProgress(self.name, "delete the Delta tables, then dump the "
+                                                    "source again")
+        sink = self.config.delta  # no delta sink: no tombstones to purge
+        self._tombstones = PurgeSchedule(None, 0.0) if sink is None else \
+            PurgeSchedule(sink.tombstone_margin, sink.purge_interval_s)
         self._open = False
-        self._last_purge = self._last_commit = time.monotonic()
-        self._last_checkpoint = float("-inf")
-        self._retrying: Sequence[ChangeEvent] | None = None
         self._stored_meta: tuple[str | None, dict[TableId, Guard]] = (None, {})
         """The scheme and barriers in the checkpoint row (a commit without a new checkpoint
         rewrites the row only when they changed)."""
+        self._last_checkpoint = float("-inf")
         self.session_start_s: float | None = None
         """How long starting the session took (None: the caller's session)."""
         self.batch_seconds: list[float] = []
@@ -121,14 +121,13 @@ class SparkOutput:
                 stored = self._delta.open()
         except Exception as exc:
             raise classify(exc, f"opening {self.name}") from exc
-        self._scheme = None if stored is None else stored.scheme
-        self._state = ApplyState.restored(None, {} if stored is None else stored.barriers)
-        self._stored_meta = (self._scheme, {} if stored is None else dict(stored.barriers))
-        self._checkpoint = None if stored is None or stored.state is None else \
-            Checkpoint(self._delta.fence.pipeline if self._delta else self.pipeline,
-                       stored.epoch, stored.state)
-        self._pending, self._unsent = [], []
-        self._durable = committed_seq
+        stored = stored or StoredCheckpoint(self.epoch, 0, None, None)
+        checkpoint = stored.checkpoint(self._delta.fence.pipeline if self._delta else
+                                       self.pipeline)
+        self._progress.restore(stored.scheme, stored.barriers, checkpoint, committed_seq)
+        self._stored_meta = (stored.scheme, dict(stored.barriers))
+        self._buffer.clear()
+        self._unsent = []
         self._open = True
 
     def _base_session(self) -> SparkSession:
@@ -150,34 +149,27 @@ class SparkOutput:
         the same batch (after a failed write) does not buffer it twice."""
         if not self._open:
             raise FatalOutputError(f"{self.name} is not open")
-        if events is not self._retrying:
-            self._pending.extend(events)
-            if self._kafka:
-                self._unsent.extend(events)
-        self._retrying = events
-        if len(self._pending) >= self.config.commit_every:
-            self._commit(None)
-        self._retrying = None
+        self._buffer.write(events, lambda: self._commit(None), self._hold_for_kafka)
+
+    def _hold_for_kafka(self, events: Sequence[ChangeEvent]) -> None:
+        if self._kafka:
+            self._unsent.extend(events)
 
     def flush(self) -> int:
-        return self._commit(None) if self._due() else self._durable
+        """Write when due (see ``commit_interval_s``); the acknowledged sequence number."""
+        return self._commit(None) if self._buffer.due() else self._progress.durable
 
     def flush_checkpoint(self, checkpoint: Checkpoint) -> int:
-        return self._commit(checkpoint) if self._due() else self._durable
-
-    def _due(self) -> bool:
-        """Whether a flush writes now (see ``commit_interval_s``)."""
-        return (len(self._pending) >= self.config.commit_every or
-                time.monotonic() - self._last_commit >= self.config.commit_interval_s)
+        return self._commit(checkpoint) if self._buffer.due() else self._progress.durable
 
     def committed_checkpoint(self) -> Checkpoint | None:
-        return self._checkpoint
+        return self._progress.checkpoint
 
     def close(self) -> None:
         """Write what waits for ``commit_interval_s`` (best effort: it is replayed anyway,
         from the last acknowledged state), then stop the session if this output started it."""
         try:
-            if self._open and self._pending:
+            if self._open and len(self._buffer):
                 self._commit(None)
         except DblogError as exc:
             log.warning("%s: buffered events not written at close: %s", self.name, exc)
@@ -190,7 +182,8 @@ class SparkOutput:
 
     def discard(self) -> None:
         """A deposed leader: drop what is buffered, write nothing."""
-        self._pending, self._unsent = [], []
+        self._buffer.clear()
+        self._unsent = []
         self.close()
 
     # -- flushing -----------------------------------------------------------------------------
@@ -198,39 +191,20 @@ class SparkOutput:
     def _commit(self, checkpoint: Checkpoint | None) -> int:
         if not self._open:
             raise FatalOutputError(f"{self.name} is not open")
-        if not self._pending and (checkpoint is None or checkpoint == self._checkpoint):
-            return self._durable
-        if self._fence is not None and not self._fence():
-            raise LeadershipLost(f"leadership lost: {len(self._pending)} event(s) not written "
-                                 f"to {self.name}")
         started = time.monotonic()
-        state, plan = self._plan()
+        commit = self._progress.begin(self._buffer.events, checkpoint, self._fence,
+                                      plan=self._delta is not None)
+        if commit is None:
+            return self._progress.durable
         self.timings["plan"] += time.monotonic() - started
-        through = max(self._durable, plan.through_seq if plan is not None else
-                      (self._pending[-1].seq if self._pending else -1))
-        covered = checkpoint if checkpoint is not None and checkpoint.seq <= through else None
         try:
-            self._send_kafka(through)
-            if plan is not None:
-                covered = self._write_delta(plan, covered, through)
+            self._send_kafka(commit.through)
+            if self._delta is not None:
+                commit = self._write_delta(self._delta, commit)
         except Exception as exc:
             raise classify(exc, f"flushing {self.name}") from exc
-        self._state, self._pending, self._durable = state, [], through
-        self._scheme = (plan.scheme if plan is not None else None) or self._scheme
-        self._checkpoint = covered or self._checkpoint
-        self._last_commit = time.monotonic()
-        self.batch_seconds.append(self._last_commit - started)
-        return through
-
-    def _plan(self) -> tuple[ApplyState, Plan | None]:
-        if self._delta is None:
-            return self._state, None
-        state, plan = plan_batch(self._state, self._pending)
-        if plan.scheme is not None and self._scheme not in (None, plan.scheme):
-            raise FatalOutputError(f"{self.name}: the replica's guards are {self._scheme!r}, "
-                                   f"the stream's {plan.scheme!r}",
-                                   fix="delete the Delta tables, then dump the source again")
-        return state, plan
+        self.batch_seconds.append(self._buffer.committed() - started)
+        return self._progress.finish(commit)
 
     def _send_kafka(self, through: int) -> None:
         """Send the events up to ``through`` to every Kafka sink (a retried flush sends only
@@ -245,41 +219,31 @@ class SparkOutput:
         self.timings["kafka"] += time.monotonic() - started
         self._unsent = [e for e in self._unsent if e.seq > through]
 
-    def _write_delta(self, plan: Plan, covered: Checkpoint | None, through: int
-                     ) -> Checkpoint | None:
-        """MERGE the tables, then the checkpoint row when due; the checkpoint written."""
-        delta = self._delta
-        assert delta is not None
+    def _write_delta(self, delta: SparkDeltaWriter, commit: Commit) -> Commit:
+        """MERGE the tables, then the checkpoint row when due (``checkpoint_interval_s``);
+        the commit as written (without a checkpoint when the row was not due)."""
         delta.metrics = []
         started = time.monotonic()
-        for table_plan in plan.tables:
-            delta.apply(table_plan, through)
+        for table_plan in commit.plan.tables:
+            delta.apply(table_plan, commit.through)
         written = time.monotonic()
         assert delta.checkpoint is not None
-        meta = (plan.scheme or self._scheme, dict(plan.barriers))
-        if covered is not None and \
+        meta = (commit.scheme, dict(commit.plan.barriers))
+        if commit.checkpoint is not None and \
                 written - self._last_checkpoint < delta.config.checkpoint_interval_s:
-            covered = None  # not due: the row keeps the last checkpoint
-        if covered is not None or meta != self._stored_meta:
-            delta.checkpoint.write(covered, meta[0], meta[1], through)
+            commit = dataclasses.replace(commit, checkpoint=None)  # the row keeps the last one
+        if commit.checkpoint is not None or meta != self._stored_meta:
+            delta.checkpoint.write(commit.checkpoint, meta[0], meta[1], commit.through)
             self._stored_meta = meta
-            self._last_checkpoint = written if covered is not None else self._last_checkpoint
+            if commit.checkpoint is not None:
+                self._last_checkpoint = written
         self.timings["tables"] += written - started
         self.timings["checkpoint"] += time.monotonic() - written
-        self._purge(delta, covered, through)
-        return covered
-
-    def _purge(self, delta: SparkDeltaWriter, covered: Checkpoint | None, seq: int) -> None:
-        margin = delta.config.tombstone_margin
-        text = None if covered is None else covered.state.get("position")
-        if margin is None or not isinstance(text, str) or \
-                time.monotonic() - self._last_purge < delta.config.purge_interval_s:
-            return
-        position = decode_position(text)
-        if position is None:
-            return
-        delta.purge(purge_bound(scheme_for(position), position, margin), seq)
-        self._last_purge = time.monotonic()
+        bound = self._tombstones.bound(commit.checkpoint)
+        if bound is not None:
+            delta.purge(bound, commit.through)
+            self._tombstones.purged()
+        return commit
 
     # -- Checkable ----------------------------------------------------------------------------
 

@@ -30,8 +30,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from dblog.core.model import Key, Row, TableId, TableInfo
 from dblog.errors import FatalOutputError
-from dblog.replica import Guard, RowChange, TablePlan
-from dblog.replica.reduce import decoded
+from dblog.replica import Guard, RowChange, TablePlan, decoded_rows, kept
 
 from . import delta_table as dtab
 from .spark_checkpoint import NAME, SparkCheckpointTable, create_statement
@@ -44,9 +43,10 @@ from .sql_kinds import (
     GUARD_MAJOR,
     GUARD_MINOR,
     ColumnKind,
+    add_row_kinds,
     from_db,
-    kind_of,
-    kind_of_value,
+    kinds_of,
+    require_info,
     to_db,
 )
 
@@ -142,7 +142,7 @@ class SparkDeltaWriter:
             info = None if match is None else self.lookup(TableId(match["schema"],
                                                                   match["table"]))
             if info is not None:
-                kinds = {c.name: kind_of(c.type_name) for c in info.columns}
+                kinds = kinds_of(info)
                 check_layout(table, snap, kinds, info.key_columns)
             if snap.key is not None:
                 self.fence.claim(table, self._empty(table))
@@ -185,11 +185,11 @@ class SparkDeltaWriter:
         if plan.truncate is not None:
             where = truncate_where or dtab.guard_below(plan.truncate)
             self.fence.commit(replica.table, seq, lambda: self._delete(replica, where))
-        rows = [None if c.row is None else decoded(c.row) for c in plan.changes]
-        added = self._evolve(replica, rows)
-        changes = list(zip(plan.changes, rows, strict=True))
-        if any(change.keep for change in plan.changes):
-            changes = self._with_kept(replica, changes)
+        rows = decoded_rows(plan)
+        added = add_row_kinds(replica.kinds, rows, lambda: self.lookup(replica.source))
+        changes = kept.with_kept(list(zip(plan.changes, rows, strict=True)),
+                                 partial(self.stored_rows, replica),
+                                 kept.missing_in(replica.table.ident))
         if changes:
             self.metrics.append(self._merge(replica, changes, seq, added))
 
@@ -218,45 +218,6 @@ class SparkDeltaWriter:
                 self.spark.conf.unset(AUTO_MERGE)
         return result[0].asDict() if result else {}
 
-    def _evolve(self, replica: Replica, rows: list[Row | None]) -> bool:
-        """Columns the rows have that the table lacks: the MERGE adds them (auto-merge)."""
-        info, added = None, False
-        for row in rows:
-            if row is None or replica.kinds.keys() >= row.keys():
-                continue
-            if info is None:
-                info = self.lookup(replica.source)
-            known = {} if info is None else {c.name: c.type_name for c in info.columns}
-            for column, value in row.items():
-                if column not in replica.kinds:
-                    replica.kinds[column] = kind_of(known[column]) if column in known \
-                        else kind_of_value(value)
-                    added = True
-        return added
-
-    def _with_kept(self, replica: Replica, changes: list[tuple[RowChange, Row | None]]
-                   ) -> list[tuple[RowChange, Row | None]]:
-        """Fill ``keep`` columns from the stored rows (as the ``delta`` output does)."""
-        wanted = {c.key for c, _ in changes if c.keep}
-        wanted |= {c.keep_from for c, _ in changes if c.keep and c.keep_from is not None}
-        stored = self.stored_rows(replica, wanted)
-        out: list[tuple[RowChange, Row | None]] = []
-        for change, row in changes:
-            if not change.keep or row is None:
-                out.append((change, row))
-                continue
-            own = stored.get(change.key)
-            if own is not None and own[0] >= change.guard:
-                continue
-            source = stored.get(change.key if change.keep_from is None else change.keep_from)
-            if source is None or source[1] is None:
-                raise FatalOutputError(
-                    f"{replica.table.ident}: the change at seq {change.seq} keeps "
-                    f"{sorted(change.keep)}, which the table does not hold",
-                    fix="dump the table again (a dump row carries every column)")
-            out.append((change, {**row, **{c: source[1].get(c) for c in change.keep}}))
-        return out
-
     def frame(self, replica: Replica) -> DataFrame:
         return self.spark.read.format("delta").load(replica.table.location)
 
@@ -280,12 +241,8 @@ class SparkDeltaWriter:
         replica = self.replicas.get(source)
         if replica is not None:
             return replica
-        info = self.lookup(source)
-        if info is None:
-            raise FatalOutputError(f"spark output: no metadata for source table {source}",
-                                   fix="give the output the source's table metadata "
-                                       "(SparkOutput(..., tables=lookup) or set_tables)")
-        kinds = {c.name: kind_of(c.type_name) for c in info.columns}
+        info = require_info(self.lookup, source, "spark output", "SparkOutput")
+        kinds = kinds_of(info)
         name = self._name(source)
         table = self._table(name)
         properties = {dtab.KEY_PROPERTY: orjson.dumps(list(info.key_columns)).decode(),

@@ -18,7 +18,6 @@ output's thread, only for tables it has not seen and after a schema change.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,17 +26,23 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy.engine import Engine
 
 from dblog.core.model import ChangeEvent, Key, Row, TableId, TableInfo
-from dblog.core.positions import decode_position
-from dblog.errors import FatalOutputError, LeadershipLost
+from dblog.errors import FatalOutputError
 from dblog.formats.base import TableLookup, no_tables
-from dblog.replica import ApplyState, Plan, TablePlan, plan_batch, purge_bound, scheme_for
+from dblog.replica import (
+    Commit,
+    CommitBuffer,
+    PurgeSchedule,
+    ReplicaProgress,
+    TablePlan,
+    decoded_rows,
+)
 from dblog.spi import Checkpoint, Finding
 
 from . import sql_checkpoint as ckpt
 from .sql_errors import translated
-from .sql_kinds import DELETED, from_db, kind_of, kind_of_value
-from .sql_schema import Naming, ReplicaTable, add_columns, ensure, extra_unique, kinds_of
-from .sql_write import apply_table, decoded_rows, purge, unknown_columns
+from .sql_kinds import DELETED, from_db, kind_of, kind_of_value, kinds_of, require_info
+from .sql_schema import Naming, ReplicaTable, add_columns, ensure, extra_unique
+from .sql_write import apply_table, purge, unknown_columns
 
 _DRIVERS = {"postgresql": "postgresql+psycopg", "mysql": "mysql+mysqldb",
             "mariadb": "mariadb+mysqldb", "sqlite": "sqlite"}
@@ -118,13 +123,11 @@ class SqlOutput:
         self._ckpt_table = ckpt.checkpoint_table(self.config.checkpoint_table,
                                                  self.config.target_schema)
         self._replicas: dict[TableId, ReplicaTable] = {}
-        self._pending: list[ChangeEvent] = []
-        self._retrying: Sequence[ChangeEvent] | None = None
-        self._state = ApplyState()
-        self._scheme: str | None = None
-        self._checkpoint: Checkpoint | None = None
-        self._durable = 0
-        self._last_purge = time.monotonic()
+        self._buffer = CommitBuffer(self.config.commit_every)  # every flush commits
+        self._progress = ReplicaProgress(self.name, "drop the replica tables and the checkpoint "
+                                                    "row, then dump the source again")
+        self._tombstones = PurgeSchedule(self.config.tombstone_margin,
+                                         self.config.purge_interval_s)
 
     # -- abilities --------------------------------------------------------------------------
 
@@ -157,23 +160,16 @@ class SqlOutput:
             ckpt.claim(engine, self._ckpt_table, self.pipeline, self.epoch)
         if stored is None:
             stored = ckpt.StoredCheckpoint(self.epoch, 0, None, None)
-        self._scheme = stored.scheme
-        self._state = ApplyState.restored(None, stored.barriers)
-        self._checkpoint = None if stored.state is None else \
-            Checkpoint(self.pipeline, stored.epoch, stored.state)
-        self._pending, self._replicas, self._retrying = [], {}, None
-        self._durable = committed_seq
+        self._progress.restore(stored.scheme, stored.barriers, stored.checkpoint(self.pipeline),
+                               committed_seq)
+        self._buffer.clear()
+        self._replicas = {}
 
     def write(self, events: Sequence[ChangeEvent]) -> None:
         """Buffer ``events``; commit once ``commit_every`` are buffered. A retried call with
         the same batch (after a failed commit) does not buffer it twice."""
         self._require()
-        if events is not self._retrying:
-            self._pending.extend(events)
-        self._retrying = events
-        if len(self._pending) >= self.config.commit_every:
-            self._commit(None)
-        self._retrying = None
+        self._buffer.write(events, lambda: self._commit(None))
 
     def flush(self) -> int:
         return self._commit(None)
@@ -182,7 +178,7 @@ class SqlOutput:
         return self._commit(checkpoint)
 
     def committed_checkpoint(self) -> Checkpoint | None:
-        return self._checkpoint
+        return self._progress.checkpoint
 
     def close(self) -> None:
         if self._engine is not None:
@@ -191,51 +187,41 @@ class SqlOutput:
 
     def discard(self) -> None:
         """A deposed leader: drop what is buffered, write nothing."""
-        self._pending = []
+        self._buffer.clear()
         self.close()
 
     # -- flushing -----------------------------------------------------------------------------
 
     def _commit(self, checkpoint: Checkpoint | None) -> int:
         engine = self._require()
-        if not self._pending and (checkpoint is None or checkpoint == self._checkpoint):
-            return self._durable
-        if self._fence is not None and not self._fence():
-            raise LeadershipLost(f"leadership lost: {len(self._pending)} event(s) not written "
-                                 f"to {self.name}")
-        state, plan = plan_batch(self._state, self._pending)
-        if plan.scheme is not None and self._scheme not in (None, plan.scheme):
-            raise FatalOutputError(f"{self.name}: the replica's guards are {self._scheme!r}, "
-                                   f"the stream's {plan.scheme!r}",
-                                   fix="drop the replica tables and the checkpoint row, then "
-                                       "dump the source again")
-        through = max(self._durable, plan.through_seq)
-        covered = checkpoint if checkpoint is not None and checkpoint.seq <= through else None
+        commit = self._progress.begin(self._buffer.events, checkpoint, self._fence)
+        if commit is None:
+            return self._progress.durable
         with translated(engine.dialect.name, f"flushing {self.name}"):
-            work = self._prepare(plan)
+            work = self._prepare(commit)
             with engine.begin() as conn:
                 ckpt.fence(conn, self._ckpt_table, self.pipeline, self.epoch,
-                           self._values(plan, covered))
+                           self._values(commit))
                 for table_plan, replica, rows in work:
                     apply_table(conn, replica, table_plan, rows, engine.dialect.name)
-                self._purge(conn, covered)
-        self._state, self._pending, self._durable = state, [], through
-        self._scheme = plan.scheme or self._scheme
-        self._checkpoint = covered or self._checkpoint
-        return through
+                self._purge(conn, commit.checkpoint)
+        self._buffer.committed()
+        return self._progress.finish(commit)
 
-    def _values(self, plan: Plan, covered: Checkpoint | None) -> dict[str, Any]:
+    def _values(self, commit: Commit) -> dict[str, Any]:
+        covered, plan = commit.checkpoint, commit.plan
         state = None if covered is None else covered.state
         position = None if state is None else state.get("position")
         return ckpt.checkpoint_values(None if covered is None else covered.seq, state,
                                       position if isinstance(position, str) else None,
                                       plan.scheme, dict(plan.barriers))
 
-    def _prepare(self, plan: Plan) -> list[tuple[TablePlan, ReplicaTable, list[Row | None]]]:
+    def _prepare(self, commit: Commit
+                 ) -> list[tuple[TablePlan, ReplicaTable, list[Row | None]]]:
         """Each table plan with its replica table (created or evolved first: DDL runs outside
         the data transaction) and its decoded rows."""
         work = []
-        for table_plan in plan.tables:
+        for table_plan in commit.plan.tables:
             replica = self._replica(table_plan.table)
             if table_plan.schema:
                 self._evolve(replica, {})
@@ -249,12 +235,7 @@ class SqlOutput:
     def _replica(self, table: TableId) -> ReplicaTable:
         replica = self._replicas.get(table)
         if replica is None:
-            info = self._lookup(table)
-            if info is None:
-                raise FatalOutputError(
-                    f"{self.name}: no metadata for source table {table}",
-                    fix="give the output the source's table metadata "
-                        "(SqlOutput(..., tables=lookup) or set_tables)")
+            info = require_info(self._lookup, table, self.name, "SqlOutput")
             replica = self._replicas[table] = ensure(self._require(), info, self.naming,
                                                      self.config.create_tables)
         return replica
@@ -271,19 +252,12 @@ class SqlOutput:
             add_columns(self._require(), replica, added)
 
     def _purge(self, conn: sa.Connection, covered: Checkpoint | None) -> None:
-        margin = self.config.tombstone_margin
-        if margin is None or covered is None:
+        bound = self._tombstones.bound(covered)
+        if bound is None:
             return
-        if time.monotonic() - self._last_purge < self.config.purge_interval_s:
-            return
-        text = covered.state.get("position")
-        position = decode_position(text) if isinstance(text, str) else None
-        if position is None:
-            return
-        bound = purge_bound(scheme_for(position), position, margin)
         for replica in self._replicas.values():
             purge(conn, replica, bound)
-        self._last_purge = time.monotonic()
+        self._tombstones.purged()
 
     def _require(self) -> Engine:
         if self._engine is None:

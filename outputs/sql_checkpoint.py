@@ -28,6 +28,7 @@ from sqlalchemy.engine import Connection, Engine
 from dblog.core.model import TableId
 from dblog.errors import LeadershipLost
 from dblog.replica import Guard
+from dblog.spi import Checkpoint
 
 
 @dataclass
@@ -37,6 +38,10 @@ class StoredCheckpoint:
     state: dict[str, Any] | None
     scheme: str | None
     barriers: dict[TableId, Guard] = field(default_factory=dict)
+
+    def checkpoint(self, pipeline: str) -> Checkpoint | None:
+        """The engine's checkpoint in the row, as ``pipeline`` committed it (None: none yet)."""
+        return None if self.state is None else Checkpoint(pipeline, self.epoch, self.state)
 
 
 def checkpoint_table(name: str, schema: str | None) -> sa.Table:

@@ -30,6 +30,7 @@ collation would merge keys that differ in case).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import Enum
@@ -38,6 +39,9 @@ from typing import Any
 import orjson
 from sqlalchemy import BigInteger, Boolean, Double, Numeric, String, Text
 from sqlalchemy.types import TypeEngine
+
+from dblog.core.model import Row, TableId, TableInfo
+from dblog.errors import FatalOutputError
 
 GUARD_MAJOR, GUARD_MINOR, DELETED = "_dblog_major", "_dblog_minor", "_dblog_deleted"
 GUARD_COLUMNS = (GUARD_MAJOR, GUARD_MINOR, DELETED)
@@ -111,6 +115,44 @@ def kind_of_value(value: Any) -> ColumnKind:
     if isinstance(value, str):
         return ColumnKind(Kind.TEXT)
     return ColumnKind(Kind.JSON)
+
+
+def kinds_of(info: TableInfo) -> dict[str, ColumnKind]:
+    """The kind of each of the source table's columns, by its metadata."""
+    return {c.name: kind_of(c.type_name) for c in info.columns}
+
+
+def require_info(lookup: Callable[[TableId], TableInfo | None], table: TableId, where: str,
+                 output: str) -> TableInfo:
+    """The source's metadata of ``table`` from ``lookup``, or a :class:`FatalOutputError`
+    (``where`` names the output) telling how to give ``output`` (its class) the metadata."""
+    info = lookup(table)
+    if info is None:
+        raise FatalOutputError(f"{where}: no metadata for source table {table}",
+                               fix="give the output the source's table metadata "
+                                   f"({output}(..., tables=lookup) or set_tables)")
+    return info
+
+
+def add_row_kinds(kinds: dict[str, ColumnKind], rows: Iterable[Row | None],
+                  source: Callable[[], TableInfo | None]) -> bool:
+    """Add to ``kinds`` the columns of ``rows`` it lacks (a MERGE that adds them to a Delta
+    table): the kind of the type the source's metadata names, else of the first row's value
+    (:func:`kind_of_value`). ``source`` is called only for a row with such a column, until it
+    gives the metadata. True when a column was added."""
+    info, added = None, False
+    for row in rows:
+        if row is None or kinds.keys() >= row.keys():
+            continue
+        if info is None:
+            info = source()
+        known = {} if info is None else {c.name: c.type_name for c in info.columns}
+        for column, value in row.items():
+            if column not in kinds:
+                kinds[column] = kind_of(known[column]) if column in known \
+                    else kind_of_value(value)
+                added = True
+    return added
 
 
 def _stored_as_text(kind: ColumnKind, dialect: str) -> bool:

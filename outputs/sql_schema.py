@@ -29,7 +29,7 @@ from .sql_kinds import (
     GUARD_MINOR,
     ColumnKind,
     Kind,
-    kind_of,
+    kinds_of,
     sa_type,
 )
 
@@ -68,10 +68,6 @@ class Naming:
                     f"replica name {name!r} is longer than {dialect}'s {limit} characters",
                     fix="set the sql output's table_name/view_name templates to shorter names")
         return names
-
-
-def kinds_of(info: TableInfo) -> dict[str, ColumnKind]:
-    return {c.name: kind_of(c.type_name) for c in info.columns}
 
 
 def build_table(source: TableId, name: str, schema: str | None, kinds: dict[str, ColumnKind],

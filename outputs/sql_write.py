@@ -20,6 +20,7 @@ from __future__ import annotations
 import sqlite3
 import zlib
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -27,9 +28,7 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from dblog.core.model import Key, Row
-from dblog.errors import FatalOutputError
-from dblog.replica import Guard, RowChange, TablePlan
-from dblog.replica.reduce import decoded
+from dblog.replica import Guard, RowChange, TablePlan, kept
 
 from .sql_kinds import (
     DELETED,
@@ -202,9 +201,9 @@ def apply_table(conn: Connection, replica: ReplicaTable, plan: TablePlan,
     """Execute one table plan; ``rows`` are its changes' decoded after-images, in order."""
     if plan.truncate is not None:
         truncate(conn, replica, plan.truncate)
-    changes: Iterable[tuple[RowChange, Row | None]] = zip(plan.changes, rows, strict=True)
-    if any(change.keep for change in plan.changes):
-        changes = with_kept(conn, replica, list(changes), dialect)
+    changes = kept.with_kept(list(zip(plan.changes, rows, strict=True)),
+                             partial(_stored, conn, replica),
+                             kept.missing_in(str(replica.source), "the replica", with_key=True))
     batch = row_tuples(replica, changes, dialect)
     if batch:
         execute_upserts(conn, replica, batch, dialect)
@@ -223,34 +222,3 @@ def _stored(conn: Connection, replica: ReplicaTable, keys: set[Key]
         row = None if record[DELETED] else {c: from_db(kinds[c], record[c]) for c in kinds}
         out[key] = (Guard(record[GUARD_MAJOR], record[GUARD_MINOR]), row)
     return out
-
-
-def with_kept(conn: Connection, replica: ReplicaTable,
-              changes: list[tuple[RowChange, Row | None]], dialect: str
-              ) -> list[tuple[RowChange, Row | None]]:
-    """Changes with their ``keep`` columns filled from the rows stored before the plan; a
-    change that the stored row's guard refuses is left out (as the upsert would)."""
-    wanted = {c.key for c, _ in changes if c.keep}
-    wanted |= {c.keep_from for c, _ in changes if c.keep and c.keep_from is not None}
-    stored = _stored(conn, replica, wanted)
-    out: list[tuple[RowChange, Row | None]] = []
-    for change, row in changes:
-        if not change.keep or row is None:
-            out.append((change, row))
-            continue
-        own = stored.get(change.key)
-        if own is not None and own[0] >= change.guard:
-            continue
-        source_key = change.key if change.keep_from is None else change.keep_from
-        source = stored.get(source_key)
-        if source is None or source[1] is None:
-            raise FatalOutputError(
-                f"{replica.source}: the change at seq {change.seq} keeps "
-                f"{sorted(change.keep)} of key {source_key!r}, which the replica does not hold",
-                fix="dump the table again (a dump row carries every column)")
-        out.append((change, {**row, **{c: source[1].get(c) for c in change.keep}}))
-    return out
-
-
-def decoded_rows(plan: TablePlan) -> list[Row | None]:
-    return [None if c.row is None else decoded(c.row) for c in plan.changes]

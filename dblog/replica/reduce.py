@@ -71,6 +71,11 @@ def decoded(row: RowImage) -> Row:
     return row.decode() if isinstance(row, EncodedRow) else row
 
 
+def decoded_rows(plan: TablePlan) -> list[Row | None]:
+    """The after-images of ``plan``'s changes, decoded, in order (None: a tombstone)."""
+    return [None if c.row is None else decoded(c.row) for c in plan.changes]
+
+
 class _TableFold:
     __slots__ = ("changes", "schema", "truncate")
 

@@ -1,0 +1,74 @@
+"""Unit tests of the replica outputs' shared metadata helpers in :mod:`dblog.outputs.sql_kinds`:
+the source table's metadata required, its column kinds, and the kinds of columns that rows
+bring before the metadata knows them."""
+
+from __future__ import annotations
+
+import pytest
+
+from dblog.core.model import ColumnInfo, Row, TableId, TableInfo
+from dblog.errors import FatalOutputError
+from dblog.outputs.sql_kinds import (
+    ColumnKind,
+    Kind,
+    add_row_kinds,
+    kind_of,
+    kind_of_value,
+    kinds_of,
+    require_info,
+)
+
+T = TableId("s", "t")
+INFO = TableInfo(T, (ColumnInfo("id", "integer"), ColumnInfo("name", "text"),
+                     ColumnInfo("added", "numeric(10,2)")), ("id",))
+
+
+class Lookup:
+    def __init__(self, info: TableInfo | None) -> None:
+        self.info, self.calls = info, 0
+
+    def __call__(self) -> TableInfo | None:
+        self.calls += 1
+        return self.info
+
+
+def test_kinds_of_maps_every_column_by_its_type() -> None:
+    assert kinds_of(INFO) == {"id": kind_of("integer"), "name": kind_of("text"),
+                              "added": kind_of("numeric(10,2)")}
+
+
+def test_require_info_returns_the_metadata_or_names_how_to_give_it() -> None:
+    assert require_info({T: INFO}.get, T, "out", "SqlOutput") is INFO
+    none: dict[TableId, TableInfo] = {}
+    with pytest.raises(FatalOutputError) as caught:
+        require_info(none.get, T, "delta:/x", "DeltaOutput")
+    assert caught.value.message == "delta:/x: no metadata for source table s.t"
+    assert caught.value.fix == ("give the output the source's table metadata "
+                                "(DeltaOutput(..., tables=lookup) or set_tables)")
+
+
+def test_rows_within_the_known_columns_add_nothing_and_ask_nothing() -> None:
+    kinds = {"id": kind_of("integer"), "name": kind_of("text")}
+    lookup = Lookup(INFO)
+    rows: list[Row | None] = [{"id": 1, "name": "a"}, None, {"id": 2}]
+    assert add_row_kinds(kinds, rows, lookup) is False
+    assert lookup.calls == 0 and set(kinds) == {"id", "name"}
+
+
+def test_a_new_column_takes_the_metadatas_type_else_its_first_values_kind() -> None:
+    kinds = {"id": kind_of("integer"), "name": kind_of("text")}
+    lookup = Lookup(INFO)
+    rows: list[Row | None] = [{"id": 1, "added": "1.50", "extra": 7},
+                              {"id": 2, "extra": "text now", "more": True}]
+    assert add_row_kinds(kinds, rows, lookup) is True
+    assert kinds["added"] == kind_of("numeric(10,2)")  # the metadata's, not a string's
+    assert kinds["extra"] == kind_of_value(7) == ColumnKind(Kind.INT)  # the first value's
+    assert kinds["more"] == ColumnKind(Kind.BOOL)
+    assert lookup.calls == 1
+
+
+def test_without_metadata_every_new_column_takes_its_values_kind() -> None:
+    kinds = {"id": kind_of("integer")}
+    lookup = Lookup(None)
+    assert add_row_kinds(kinds, [{"id": 1, "added": 2.5}], lookup) is True
+    assert kinds["added"] == ColumnKind(Kind.FLOAT) and lookup.calls == 1
