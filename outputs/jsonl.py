@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dblog.core.model import ChangeEvent
 from dblog.errors import DblogError, FatalOutputError, LeadershipLost
 from dblog.formats.base import Format, TableLookup, format_by_name, no_tables
+from dblog.spi import EncodedBatch
 
 _BLOCK = 1 << 16
 
@@ -162,17 +163,25 @@ class JsonlOutput:
         self._written = self._durable = committed_seq
 
     def write(self, events: Sequence[ChangeEvent]) -> None:
+        self.write_encoded(self.encode(events))
+
+    def encode(self, events: Sequence[ChangeEvent]) -> EncodedBatch:
+        """The batch's lines (CPU only; the engine may call it on its own thread while an
+        earlier batch is written, :class:`dblog.spi.PreEncodingOutput`)."""
+        return EncodedBatch(self.format.encode_lines(events, self._tables), len(events),
+                            events[-1].seq if events else -1)
+
+    def write_encoded(self, batch: EncodedBatch) -> None:
         handle = self._require()
-        data = self.format.encode_lines(events, self._tables)
         if self._fence is not None and not self._fence():
-            raise LeadershipLost(f"leadership lost: {len(events)} event(s) not written to "
+            raise LeadershipLost(f"leadership lost: {batch.count} event(s) not written to "
                                  f"{self.config.path}")
         try:
-            _write_all(handle, data)
+            _write_all(handle, batch.data)
         except OSError as exc:
             raise FatalOutputError(f"writing {self.config.path} failed: {exc}") from exc
-        if events:
-            self._written = events[-1].seq
+        if batch.count:
+            self._written = batch.last_seq
 
     def flush(self) -> int:
         handle = self._require()

@@ -29,9 +29,8 @@ class Lsn(int):
             raise ValueError(f"not an LSN: {text!r}")
         return cls((int(high, 16) << 32) | int(low, 16))
 
-    def __str__(self) -> str:
-        value = int(self)
-        return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
+    def __str__(self) -> str:  # once per log event in the native format: %-formatting is
+        return "%X/%X" % (self >> 32, self & 0xFFFFFFFF)  # noqa: UP031 - twice as fast
 
     def encode(self) -> str:
         return f"lsn:{self}"

@@ -26,7 +26,15 @@ from typing import Protocol, TypeVar
 
 from dblog.core.model import ChangeEvent
 from dblog.runtime.retry import retry
-from dblog.spi import Checkpoint, CheckpointingOutput, Clock, DiscardingOutput, Output
+from dblog.spi import (
+    Checkpoint,
+    CheckpointingOutput,
+    Clock,
+    DiscardingOutput,
+    EncodedBatch,
+    Output,
+    PreEncodingOutput,
+)
 from dblog.spi.metrics import Counters, MetricsSink
 
 log = logging.getLogger("dblog.engine.sinks")
@@ -130,7 +138,8 @@ _STOP = object()
 
 
 class ThreadedSink(InlineSink):
-    """The output's calls (after ``open``) all happen on one worker thread, in queue order."""
+    """The output's calls (after ``open``) all happen on one worker thread, in queue order,
+    except the encoding of a :class:`PreEncodingOutput`, done on the engine thread."""
 
     def __init__(self, output: Output, clock: Clock, attempts: int, max_batches: int,
                  metrics: MetricsSink | None = None) -> None:
@@ -140,6 +149,7 @@ class ThreadedSink(InlineSink):
         self._flush_pending: _Flush | None = None
         self._dropping = False
         self._thread: threading.Thread | None = None
+        self._encoder = output if isinstance(output, PreEncodingOutput) else None
 
     def open(self, committed_seq: int) -> None:
         super().open(committed_seq)
@@ -148,7 +158,10 @@ class ThreadedSink(InlineSink):
         self._thread.start()
 
     def write(self, batch: Sequence[ChangeEvent]) -> None:
-        self._put(list(batch))
+        if self._encoder is not None:
+            self._put(self._encoder.encode(batch))
+        else:
+            self._put(list(batch))
 
     def request_flush(self, checkpoint: Checkpoint | None = None) -> None:
         if self._flush_pending is None:  # one outstanding flush is enough
@@ -222,6 +235,10 @@ class ThreadedSink(InlineSink):
         if isinstance(item, _Flush):
             self._acked = self._flush(item.checkpoint)
             self._release(item)
+        elif isinstance(item, EncodedBatch):
+            encoder = self._encoder
+            assert encoder is not None
+            self._call("write", lambda: encoder.write_encoded(item))
         else:
             assert isinstance(item, list)
             InlineSink.write(self, item)

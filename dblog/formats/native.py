@@ -5,6 +5,7 @@ encodes the same documents to bytes faster, with caches private to each instance
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import islice
 from typing import Any
 
 import msgspec
@@ -46,25 +47,11 @@ def native_document(event: ChangeEvent, decoded: bool = False) -> dict[str, Any]
     return out
 
 
-class _ReadLine(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
-    """The native form of a dump row: its after-image a row dict, or one the source encoded
-    already (embedded as ``Raw``)."""
-
-    seq: int
-    op: str
-    schema: str
-    table: str
-    pos: str | None = None
-    dump_id: str | None = None
-    key: Any
-    after: Any
-
-
 class NativeFormat:
     """Encodes native documents. Two shapes that make up most of a stream take shortcuts that
     give the same document: a log row event (key, a plain after-image, position, transaction
     id and time) is formatted directly, and consecutive dump rows are encoded in one msgspec
-    call with a pre-encoded row embedded as is (the JSON field order differs)."""
+    call with a pre-encoded row embedded as is."""
 
     name = "native"
 
@@ -94,9 +81,11 @@ class NativeFormat:
         cached = self._ts
         if ts is not cached[0]:  # one per transaction
             cached = self._ts = (ts, orjson.dumps(ts))
+        head = self._heads.get((event.op, table)) or self._head(event.op, table)
+        dumps = orjson.dumps
         return b'{"seq":%d,%b,"key":%b,"after":%b,"pos":%b,"txid":%d,"ts":%b}\n' % (
-            event.seq, self._head(event.op, table), orjson.dumps(event.key),
-            orjson.dumps(after), orjson.dumps(str(position)), event.txid, cached[1])
+            event.seq, head, dumps(event.key), dumps(after), dumps(str(position)), event.txid,
+            cached[1])
 
     def _head(self, op: Op, table: TableId) -> bytes:
         head = self._heads.get((op, table))
@@ -108,33 +97,62 @@ class NativeFormat:
     def encode_lines(self, events: Sequence[ChangeEvent], tables: TableLookup = no_tables
                      ) -> bytes:
         lines: list[bytes] = []
-        append, line = lines.append, self.line
-        reads: list[_ReadLine] = []
-        for e in events:
-            read = self._read_line(e)
-            if read is None:
-                if reads:
-                    append(self._encoder.encode_lines(reads))
-                    reads = []
-                append(line(e))
-            else:
-                reads.append(read)
-        if reads:
-            append(self._encoder.encode_lines(reads))
+        append, line, read, run_end = lines.append, self.line, Op.READ, 0
+        for index, e in enumerate(events):
+            if index < run_end:
+                continue  # encoded with its run
+            if e.op is read:
+                run_end = self._read_run(events, index, lines)
+                if run_end > index:
+                    continue
+            append(line(e))
         return b"".join(lines)
 
-    def _read_line(self, e: ChangeEvent) -> _ReadLine | None:
-        """The dump-row shortcut for ``e``, or None when it has another shape."""
-        after, table = e.after, e.table
-        encoded = type(after) is EncodedRow
-        if e.op is not Op.READ or not (encoded or type(after) is dict) or e.key is None \
-                or table is None or e.txid is not None or e.before is not None \
-                or e.old_key is not None or e.unchanged or e.commit_ts is not None:
-            return None
-        position = e.position
-        if position is not self._read_pos[0]:  # the rows of a chunk share one position
-            self._read_pos = (position, None if position is None else str(position))
-        return _ReadLine(seq=e.seq, op="read", schema=table.schema, table=table.name,
-                         pos=self._read_pos[1], dump_id=e.dump_id, key=e.key,
-                         after=msgspec.Raw(after.json) if isinstance(after, EncodedRow)
-                         else after)
+    def _read_run(self, events: Sequence[ChangeEvent], start: int, lines: list[bytes]) -> int:
+        """Appends the lines of the dump rows from ``events[start]`` on that share a table, a
+        position, a dump id and the type of their after-image (a chunk's rows), encoded in one
+        msgspec call; returns the index after them (``start``: the event there has another
+        shape)."""
+        first = events[start]
+        table, position, dump_id, row_type = (first.table, first.position, first.dump_id,
+                                              type(first.after))
+        if table is None or first.op is not Op.READ or row_type not in _ROW_TYPES:
+            return start
+        end, read = start, Op.READ
+        for e in islice(events, start, None):
+            if e.op is not read or e.table is not table or e.position is not position \
+                    or e.dump_id != dump_id or type(e.after) is not row_type or e.key is None \
+                    or e.txid is not None or e.before is not None or e.old_key is not None \
+                    or e.unchanged or e.commit_ts is not None:
+                break
+            end += 1
+        if end == start:
+            return start
+        pos = None if position is None else str(position)
+        schema, name, run = table.schema, table.name, islice(events, start, end)
+        if row_type is EncodedRow:
+            reads = [_ReadLine(e.seq, "read", schema, name, e.key,
+                               msgspec.Raw(e.after.json), pos, dump_id)  # type: ignore[union-attr]
+                     for e in run]
+        else:
+            reads = [_ReadLine(e.seq, "read", schema, name, e.key, e.after, pos, dump_id)
+                     for e in run]
+        lines.append(self._encoder.encode_lines(reads))
+        return end
+
+
+class _ReadLine(msgspec.Struct, omit_defaults=True, gc=False):
+    """A dump row's native document, fields in the native order (``after`` a row dict or
+    ``msgspec.Raw`` of a row the source encoded)."""
+
+    seq: int
+    op: str
+    schema: str
+    table: str
+    key: Any
+    after: Any
+    pos: str | None = None
+    dump_id: str | None = None
+
+
+_ROW_TYPES = (dict, EncodedRow)

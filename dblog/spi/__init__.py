@@ -6,7 +6,7 @@ The core (engine, window, dumps, acknowledgements) depends only on these protoco
   watermark writer) and their optional abilities (:class:`WakeableLogReader`,
   :class:`WindowChunkReader`);
 * :mod:`dblog.spi.sink`: outputs and their optional abilities (:class:`FencedOutput`,
-  :class:`DiscardingOutput`);
+  :class:`DiscardingOutput`, :class:`PreEncodingOutput`);
 * :mod:`dblog.spi.findings`: what ``dblog check`` reports (:class:`Finding`, :class:`Checkable`);
 * :mod:`dblog.spi.state`: the state store; :mod:`dblog.spi.runtime`: clock and leader election;
 * :mod:`dblog.spi.control`: control of a running capture (dumps, knobs, status).
@@ -23,10 +23,12 @@ from dblog.spi.sink import (
     Checkpoint,
     CheckpointingOutput,
     DiscardingOutput,
+    EncodedBatch,
     FencedOutput,
     FreshStartAware,
     Output,
     PipelineBound,
+    PreEncodingOutput,
     TableAwareOutput,
 )
 from dblog.spi.source import (
@@ -52,6 +54,7 @@ __all__ = [
     "Control",
     "DiscardingOutput",
     "DumpRequest",
+    "EncodedBatch",
     "FencedOutput",
     "Finding",
     "FreshStartAware",
@@ -61,6 +64,7 @@ __all__ = [
     "Output",
     "PendingWindow",
     "PipelineBound",
+    "PreEncodingOutput",
     "SourceConnector",
     "StateStore",
     "StoredState",

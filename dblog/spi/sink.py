@@ -116,3 +116,31 @@ class TableAwareOutput(Protocol):
     describe."""
 
     def set_tables(self, lookup: Callable[[TableId], TableInfo | None]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedBatch:
+    """A batch of events already turned into the bytes an output carries."""
+
+    data: bytes
+    count: int
+    last_seq: int
+    """The sequence number of the batch's last event (-1 for an empty batch)."""
+
+
+@runtime_checkable
+class PreEncodingOutput(Protocol):
+    """An output whose write is CPU-only encoding followed by transport I/O (a file). With
+    outputs on their own threads, the engine calls :meth:`encode` on its thread and the
+    output's thread only :meth:`write_encoded`.
+
+    Why: under the interpreter lock two CPU-bound threads take turns, so encoding on the
+    output's thread gains nothing and costs the log loop a lock hand-over at each of its many
+    small I/O calls (JSON-lines output, ``bench/run.py`` on PostgreSQL, 1M updates: 0.72-0.74
+    of the raw consumer's rate with the encoding on the output's thread, 0.87-0.89 with it on
+    the engine's). The transport's system calls release the lock, so the writes and fsyncs
+    still overlap the loop. ``write(events)`` must equal ``write_encoded(encode(events))``."""
+
+    def encode(self, events: Sequence[ChangeEvent]) -> EncodedBatch: ...
+
+    def write_encoded(self, batch: EncodedBatch) -> None: ...

@@ -76,6 +76,37 @@ def test_jsonl_lines_decode_to_the_native_documents_in_order(batch: list[ChangeE
         [orjson.loads(orjson.dumps(native(e, decoded=True))) for e in batch]
 
 
+@st.composite
+def chunks(draw: st.DrawFn) -> list[ChangeEvent]:
+    """A chunk's rows as a dump emits them: one table, one position and one dump id shared by
+    every row (the run the batch encoding takes at once), with other events in between."""
+    table = TableId("public", draw(st.text(max_size=6)))
+    position = draw(st.one_of(st.none(), st.integers(0, 2**64 - 1).map(Lsn)))
+    dump_id = draw(st.one_of(st.none(), st.just("d1")))
+    batch: list[ChangeEvent] = []
+    for seq in range(draw(st.integers(0, 20))):
+        if draw(st.integers(0, 9)) == 0:
+            batch.append(draw(events()))
+            continue
+        row = draw(rows)
+        after = row if draw(st.booleans()) else EncodedRow(orjson.dumps(row))
+        batch.append(ChangeEvent(Op.READ, table, (seq,), None, after, position,
+                                 dump_id=dump_id, seq=seq))
+    return batch
+
+
+@settings(max_examples=200)
+@given(chunks())
+def test_a_chunks_rows_encode_to_the_native_documents_with_the_native_field_order(
+        batch: list[ChangeEvent]) -> None:
+    data = NativeFormat().encode_lines(batch)
+    assert data.count(b"\n") == len(batch)
+    got = [orjson.loads(line) for line in data.splitlines()]
+    expected = [orjson.loads(orjson.dumps(native(e, decoded=True))) for e in batch]
+    assert got == expected
+    assert [list(doc) for doc in got] == [list(doc) for doc in expected]
+
+
 def test_encoded_rows_equal_as_rows_hash_alike() -> None:
     as_text = EncodedRow('{"b": 2, "a": "x"}')
     as_bytes = EncodedRow(b'{"a":"x","b":2}')

@@ -13,6 +13,7 @@ import pytest
 from dblog.core.model import ChangeEvent, Op, TableId
 from dblog.engine.sinks import ThreadedSink
 from dblog.errors import FatalOutputError
+from dblog.spi import EncodedBatch, PreEncodingOutput
 from dblog.testing import FakeClock, ListOutput
 
 T = TableId("s", "t")
@@ -98,3 +99,52 @@ def test_discard_drops_what_is_queued() -> None:
     sink.discard()  # the batch in progress finishes; the queued ones are never written
     releaser.join()
     assert [e.seq for e in out.events] == [1]
+
+
+class ThreadNoting:
+    """A pre-encoding output (:class:`dblog.spi.PreEncodingOutput`) that notes which thread
+    encoded and which wrote each batch."""
+
+    def __init__(self) -> None:
+        self.name = "noting"
+        self.lines: list[bytes] = []
+        self.encoded_on: list[str] = []
+        self.written_on: list[str] = []
+        self._written = 0
+
+    def open(self, committed_seq: int) -> None:
+        self._written = committed_seq
+
+    def encode(self, events: Sequence[ChangeEvent]) -> EncodedBatch:
+        self.encoded_on.append(threading.current_thread().name)
+        data = b"".join(b"%d\n" % e.seq for e in events)
+        return EncodedBatch(data, len(events), events[-1].seq if events else -1)
+
+    def write_encoded(self, encoded: EncodedBatch) -> None:
+        self.written_on.append(threading.current_thread().name)
+        self.lines.extend(encoded.data.splitlines())
+        self._written = encoded.last_seq
+
+    def write(self, events: Sequence[ChangeEvent]) -> None:
+        self.write_encoded(self.encode(events))
+
+    def flush(self) -> int:
+        return self._written
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_pre_encoding_output_encodes_on_the_callers_thread_and_writes_on_its_own() -> None:
+    out = ThreadNoting()
+    assert isinstance(out, PreEncodingOutput)
+    sink = ThreadedSink(out, FakeClock(), attempts=2, max_batches=2)
+    sink.open(0)
+    sink.write(batch(1, 2))
+    sink.write(batch(3))
+    assert sink.sync() == 3
+    sink.close()
+    caller = threading.current_thread().name
+    assert out.encoded_on == [caller, caller]
+    assert out.written_on == ["dblog-output-noting"] * 2
+    assert out.lines == [b"1", b"2", b"3"]
