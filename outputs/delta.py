@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,12 +93,27 @@ def classify(exc: Exception, what: str) -> DblogError:
         return exc
     if isinstance(exc, CommitFailedError):
         return RetryableOutputError(f"{what}: {exc}")
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
-        return RetryableOutputError(f"{what}: {exc}")
-    text = str(exc)
-    if isinstance(exc, DeltaError) and ("No space left" in text or "os error 28" in text):
+    code = os_error_code(exc)
+    if code in (errno.ENOSPC, errno.EDQUOT):
         return RetryableOutputError(f"{what}: the disk under the Delta table is full: {exc}")
+    if code == errno.EIO:
+        return RetryableOutputError(f"{what}: {exc}")
     return FatalOutputError(f"{what}: {exc}")
+
+
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def os_error_code(exc: Exception) -> int | None:
+    """The operating system's error code of a failed file operation: an OSError's errno, or
+    the code delta-rs (Rust's io::Error) puts in the message as "(os error 28)", raised as a
+    DeltaError or as an OSError without errno depending on where the write failed."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return exc.errno
+    if isinstance(exc, OSError | DeltaError):
+        match = _RUST_OS_ERROR.search(str(exc))
+        return int(match.group(1)) if match else None
+    return None
 
 
 class DeltaOutput:
