@@ -32,15 +32,19 @@ _FULL_S = 12.0
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A tmpfs of ``_DISK_MB`` MB at ``tmp_path/disk`` (a failure to mount is an error)."""
+    """A tmpfs of ``_DISK_MB`` MB at ``tmp_path/tmpfs`` (root, or sudo without a password, as
+    for scripts/setup.sh; a failure to mount is an error)."""
     mount = tmp_path / "tmpfs"
     mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={_DISK_MB}m", "tmpfs", str(mount)],
-                   check=True, capture_output=True)
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]  # as scripts/setup.sh
+    subprocess.run([*sudo, "mount", "-t", "tmpfs", "-o", f"size={_DISK_MB}m", "tmpfs",
+                    str(mount)], check=True, capture_output=True)
     try:
+        if sudo:
+            subprocess.run([*sudo, "chown", str(os.geteuid()), str(mount)], check=True)
         yield mount
     finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False, capture_output=True)
+        subprocess.run([*sudo, "umount", "-l", str(mount)], check=False, capture_output=True)
 
 
 class Filler:
