@@ -1,13 +1,13 @@
 #!/usr/bin/env python
-"""dblog into Kafka against PostgreSQL: dblog versus a raw confluent-kafka producer loop.
+"""dblog into Kafka from PostgreSQL or MariaDB: dblog versus a raw confluent-kafka producer loop.
 
-    python bench/run.py --db postgres --output kafka --rows 200000 [--chunk-size 1000]
+    python bench/run.py --db postgres|mariadb --output kafka --rows 200000 [--chunk-size 1000]
         [--dsn DSN] [--bootstrap HOST:PORT] [--modes at-least-once,exactly-once]
 
 (``bench/run.py`` dispatches here.) Prints ONE JSON line on stdout; progress goes to stderr.
-Everything comes from the same run, the same PostgreSQL server and the same broker (throwaway
+Everything comes from the same run, the same database server and the same broker (throwaway
 ones from the harness unless ``--dsn`` / ``--bootstrap`` / ``DBLOG_KAFKA_BOOTSTRAP``), per
-delivery mode:
+delivery mode (the source side per ``--db``: bench/kafka_sources.py):
 
 * dump:   a full dblog dump (Pipeline + PostgresConnector + KafkaOutput, native format) of an
           N-row table into a fresh topic, timed until every row is committed (acknowledged by
@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from common import rss_kb, wait_dump, wait_stream
-from run import TABLE, TX_SIZE, UPDATE_SQL, drop_slot, load_table, progress, try_checkpoint
+from kafka_sources import SourceSide, connector, source_side, start_server
+from run import TX_SIZE, progress
 
-DUMP_SLOT, STREAM_SLOT = "dblog_kbench_dump", "dblog_kbench_stream"
 MODES = ("at-least-once", "exactly-once")
 
 
@@ -56,14 +56,12 @@ def output_config(bootstrap: str, prefix: str, mode: str) -> dict[str, Any]:
 
 def child(phase: str, args: dict[str, Any]) -> dict[str, Any]:
     from dblog.app.pipeline import Pipeline
-    from dblog.connectors.postgres import PostgresConnector
     from dblog.engine import EngineSettings
     from dblog.outputs.kafka import KafkaOutput
 
     baseline = rss_kb()
-    slot = DUMP_SLOT if phase == "dump" else STREAM_SLOT
     pipeline = Pipeline(
-        PostgresConnector({"dsn": args["dsn"], "tables": [TABLE], "slot": slot}, args["name"]),
+        connector(args, phase),
         [KafkaOutput(output_config(args["bootstrap"], args["prefix"], args["mode"]))],
         state_path=str(Path(args["workdir"]) / f"{args['prefix']}-state.json"),
         settings=EngineSettings(chunk_size=args["chunk_size"]))
@@ -72,7 +70,7 @@ def child(phase: str, args: dict[str, Any]) -> dict[str, Any]:
     try:
         if phase == "dump":
             started = time.monotonic()  # the dump from its request, as in run.py
-            dump_id = pipeline.dump([TABLE])
+            dump_id = pipeline.dump([args["table"]])
             dump, _, done_at = wait_dump(pipeline, dump_id, started, args["timeout_s"])
             count = sum(t["rows"] for t in dump["tables"])
         else:
@@ -172,37 +170,37 @@ def raw_produce(bootstrap: str, records: list[Record], mode: str, batch: int) ->
 # -- the benchmark -----------------------------------------------------------------------------
 
 
-def bench_mode(admin: Any, mode: str, common: dict[str, Any], rows: int) -> dict[str, Any]:
+def bench_mode(source: SourceSide, mode: str, common: dict[str, Any], rows: int
+               ) -> dict[str, Any]:
     tag = "alo" if mode == "at-least-once" else "eo"
     prefix = f"kb{tag}{uuid.uuid4().hex[:6]}"
-    topic = f"{prefix}.{TABLE}"
+    table = source.table
+    topic = f"{prefix}.{table}"
     base = {**common, "mode": mode}
-    for slot in (DUMP_SLOT, STREAM_SLOT):
-        drop_slot(admin, slot)
+    source.before_phase("dump")
+    source.before_phase("stream")
     progress(f"[{mode}] dblog dump into {topic}")
     dump = run_child("dump", {**base, "prefix": prefix, "name": f"d{tag}"})
     dump_rate = dump["count"] / dump["seconds"]
     progress(f"[{mode}] dblog dump: {dump['count']} rows in {dump['seconds']:.2f}s = "
              f"{dump_rate:,.0f} rows/s, peak RSS {dump['peak_rss_mb']:.0f} MB")
-    drop_slot(admin, DUMP_SLOT)
+    source.after_phase("dump")
     records = read_records(common["bootstrap"], topic, rows)
     raw_dump = raw_produce(common["bootstrap"], records, mode, common["chunk_size"])
     del records
     progress(f"[{mode}] raw producer, same records: {raw_dump:,.0f} records/s")
 
-    admin.execute("SELECT pg_create_logical_replication_slot(%s, 'wal2json')", (STREAM_SLOT,))
-    admin.execute(UPDATE_SQL.format(rows=rows))
-    try_checkpoint(admin)
+    extra = source.write_updates(rows)
     transactions = -(-rows // TX_SIZE)
     sprefix = f"ks{tag}{uuid.uuid4().hex[:6]}"
-    progress(f"[{mode}] dblog stream of {rows} updates into {sprefix}.{TABLE}")
-    stream = run_child("stream", {**base, "prefix": sprefix, "name": f"s{tag}",
+    progress(f"[{mode}] dblog stream of {rows} updates into {sprefix}.{table}")
+    stream = run_child("stream", {**base, **extra, "prefix": sprefix, "name": f"s{tag}",
                                   "expected_seq": rows + 2 * transactions})
     stream_rate = stream["count"] / stream["seconds"]
     progress(f"[{mode}] dblog stream: {stream_rate:,.0f} events/s, peak RSS "
              f"{stream['peak_rss_mb']:.0f} MB")
-    drop_slot(admin, STREAM_SLOT)
-    records = read_records(common["bootstrap"], f"{sprefix}.{TABLE}", rows)
+    source.after_phase("stream")
+    records = read_records(common["bootstrap"], f"{sprefix}.{table}", rows)
     raw_stream = raw_produce(common["bootstrap"], records, mode, common["chunk_size"])
     del records
     progress(f"[{mode}] raw producer, same records: {raw_stream:,.0f} records/s")
@@ -216,33 +214,27 @@ def bench_mode(admin: Any, mode: str, common: dict[str, Any], rows: int) -> dict
             "child_baseline_rss_mb": round(dump["rss_baseline_mb"], 1)}
 
 
-def bench(dsn: str, bootstrap: str, rows: int, chunk_size: int, modes: list[str],
+def bench(db: str, dsn: str, bootstrap: str, rows: int, chunk_size: int, modes: list[str],
           workdir: Path, timeout_s: float) -> dict[str, Any]:
-    import psycopg
-
-    admin = psycopg.connect(dsn, autocommit=True)
+    source = source_side(db, dsn)
     try:
-        progress(f"loading {rows} rows into {TABLE}")
-        load_table(admin, rows)
-        admin.execute(f"VACUUM ANALYZE {TABLE}")
-        common = {"dsn": dsn, "bootstrap": bootstrap, "chunk_size": chunk_size, "rows": rows,
-                  "workdir": str(workdir), "timeout_s": timeout_s}
-        results = {mode: bench_mode(admin, mode, common, rows) for mode in modes}
+        progress(f"loading {rows} rows into {source.table}")
+        source.load(rows)
+        common = {"db": db, "dsn": dsn, "table": source.table, "bootstrap": bootstrap,
+                  "chunk_size": chunk_size, "rows": rows, "workdir": str(workdir),
+                  "timeout_s": timeout_s}
+        results = {mode: bench_mode(source, mode, common, rows) for mode in modes}
     finally:
-        with contextlib.suppress(Exception):
-            for slot in (DUMP_SLOT, STREAM_SLOT):
-                drop_slot(admin, slot, wait_s=10.0)
-            admin.execute(f"DROP TABLE IF EXISTS {TABLE}")
-        admin.close()
+        source.close()
     ratios = [r[k] for r in results.values() for k in ("dump_ratio", "stream_ratio")]
-    return {"db": "postgres", "output": "kafka", "rows": rows, "chunk_size": chunk_size,
+    return {"db": db, "output": "kafka", "rows": rows, "chunk_size": chunk_size,
             "modes": results, "target_ratio": 0.5, "targets_met": min(ratios) >= 0.5,
             "cpu_count": os.cpu_count()}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--db", choices=["postgres"], default="postgres")
+    parser.add_argument("--db", choices=["postgres", "mariadb"], default="postgres")
     parser.add_argument("--output", choices=["kafka"], default="kafka")
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--chunk-size", type=int, default=1000)
@@ -263,12 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         dsn, bootstrap = args.dsn, args.bootstrap
         if not dsn:
-            from dblog.harness.postgres import start_postgres
-
-            progress("starting a throwaway PostgreSQL server")
-            server = start_postgres()
+            progress(f"starting a throwaway {args.db} server")
+            dsn, server = start_server(args.db)
             stack.callback(server.stop)
-            dsn = server.dsn()
         if not bootstrap:
             from dblog.harness.kafka import start_kafka
 
@@ -277,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
             stack.callback(cluster.stop)
             bootstrap = cluster.bootstrap
         workdir = Path(tempfile.mkdtemp(prefix="dblog-kbench-"))
-        result = bench(dsn, bootstrap, args.rows, args.chunk_size, modes, workdir, args.timeout)
+        result = bench(args.db, dsn, bootstrap, args.rows, args.chunk_size, modes, workdir,
+                       args.timeout)
     print(json.dumps(result), flush=True)
     return 0
 
