@@ -29,17 +29,16 @@ def rss_kb() -> dict[str, int]:
     return out
 
 
-def on_postgres(dsn: str | None, prefix: str,
-                measure: Callable[[str, Path], dict[str, Any]]) -> int:
+def on_source(db: str, dsn: str | None, prefix: str,
+              measure: Callable[[str, Path], dict[str, Any]]) -> int:
     """Print ``measure(dsn, workdir)`` as ONE JSON line on stdout; 0 (the exit status).
-    ``measure`` runs on the PostgreSQL at ``dsn``, or (None) on a throwaway one started and
+    ``measure`` runs on the ``db`` server at ``dsn``, or (None) on a throwaway one started and
     stopped here, with a temporary folder (named ``prefix...``) removed after it."""
     server = None
     if dsn is None:
-        from dblog.harness.postgres import start_postgres
+        from sources import start_server
 
-        server = start_postgres()
-        dsn = server.dsn()
+        dsn, server = start_server(db)
     try:
         with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
             result = measure(dsn, Path(tmp))
@@ -48,6 +47,12 @@ def on_postgres(dsn: str | None, prefix: str,
             server.stop()
     print(json.dumps(result), flush=True)
     return 0
+
+
+def on_postgres(dsn: str | None, prefix: str,
+                measure: Callable[[str, Path], dict[str, Any]]) -> int:
+    """:func:`on_source` on PostgreSQL."""
+    return on_source("postgres", dsn, prefix, measure)
 
 
 def alive(pipeline: Any) -> None:

@@ -7,7 +7,7 @@
 (``bench/run.py`` dispatches here.) Prints ONE JSON line on stdout; progress goes to stderr.
 Everything comes from the same run, the same database server and the same broker (throwaway
 ones from the harness unless ``--dsn`` / ``--bootstrap`` / ``DBLOG_KAFKA_BOOTSTRAP``), per
-delivery mode (the source side per ``--db``: bench/kafka_sources.py):
+delivery mode (the source side per ``--db``: bench/sources.py):
 
 * dump:   a full dblog dump (Pipeline + PostgresConnector + KafkaOutput, native format) of an
           N-row table into a fresh topic, timed until every row is committed (acknowledged by
@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from common import rss_kb, wait_dump, wait_stream
-from kafka_sources import SourceSide, connector, source_side, start_server
 from run import TX_SIZE, progress
+from sources import SourceSide, connector, source_side, start_server
 
 MODES = ("at-least-once", "exactly-once")
 

@@ -40,22 +40,25 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import on_postgres, rss_kb, wait_dump
-from run import TABLE, UPDATE_SQL, drop_slot, load_table, progress
+from common import on_source, rss_kb, wait_dump
+from run import TABLE, drop_slot, load_table, progress
+from sources import PostgresSide, SourceSide, source_side
 
 SELECT = (f"SELECT id, i1, i2, name, amount::text, note, created_at::text, updated_at::text "
           f"FROM {TABLE} ORDER BY id")
 COLUMNS = ("id", "i1", "i2", "name", "amount", "note", "created_at", "updated_at")
 
 
-def source_rows(dsn: str, limit: int | None = None) -> list[dict[str, Any]]:
-    """The table's rows as the events carry them (the raw loop writes the same values)."""
+def source_rows(dsn: str, limit: int | None = None, side: SourceSide | None = None
+                ) -> list[dict[str, Any]]:
+    """The table's rows as the events carry them (the raw loop writes the same values);
+    ``side``: a MariaDB source (default: the PostgreSQL at ``dsn``)."""
     from dblog.connectors.postgres.chunks import PostgresChunkReader
     from dblog.core.model import EncodedRow, TableId
 
-    reader = PostgresChunkReader(dsn, [], {})
+    reader = PostgresChunkReader(dsn, [], {}) if side is None else side.chunk_reader()
     try:
-        info = reader.table_info(TableId.parse(TABLE))
+        info = reader.table_info(TableId.parse(TABLE if side is None else side.table))
         chunk = reader.read_chunk(info, None, None, 10**9 if limit is None else limit)
         rows = [r.decode() if isinstance(r, EncodedRow) else dict(r) for _, r in chunk.rows]
     finally:
@@ -63,77 +66,73 @@ def source_rows(dsn: str, limit: int | None = None) -> list[dict[str, Any]]:
     return rows
 
 
-def make_output(kind: str, target: str, url: str, dsn: str) -> tuple[Any, Any]:
+def make_output(kind: str, target: str, url: str, side: SourceSide) -> tuple[Any, Any]:
     """The replica output and the chunk reader giving it the table metadata."""
-    from dblog.connectors.postgres.chunks import PostgresChunkReader
     from dblog.outputs.delta import DeltaOutput
     from dblog.outputs.sql import SqlOutput
 
-    reader = PostgresChunkReader(dsn, [], {})
+    reader = side.chunk_reader()
     lookup = reader.table_info
     if kind == "sql":
         return SqlOutput({"url": url}, tables=lookup), reader
     return DeltaOutput({"path": url}, tables=lookup), reader
 
 
-def dblog_dump(dsn: str, output: Any, workdir: Path, chunk: int,
+def dblog_dump(side: SourceSide, output: Any, workdir: Path, chunk: int,
                name: str = "bench_rep") -> dict[str, Any]:
     from dblog.app.pipeline import Pipeline
-    from dblog.connectors.postgres import PostgresConnector
     from dblog.engine import EngineSettings
 
-    pipeline = Pipeline(PostgresConnector({"dsn": dsn, "tables": [TABLE], "slot": name}, name),
-                        [output], state_path=str(workdir / f"{name}-state.json"),
+    pipeline = Pipeline(side.pipeline_connector(name), [output],
+                        state_path=str(workdir / f"{name}-state.json"),
                         settings=EngineSettings(chunk_size=chunk))
     pipeline.start()
     try:
-        rows, seconds = timed_dump(pipeline, 3600)
+        rows, seconds = timed_dump(pipeline, 3600, side.table)
     finally:
         pipeline.stop()
     return {"rows": rows, "seconds": seconds}
 
 
-def timed_dump(pipeline: Any, timeout_s: float) -> tuple[int, float]:
+def timed_dump(pipeline: Any, timeout_s: float, table: str = TABLE) -> tuple[int, float]:
     """Dump the benchmark table through the started ``pipeline``: the rows dumped, and the
     seconds until all of them were committed (``timeout_s`` at most)."""
     started = time.monotonic()
-    dump_id = pipeline.dump([TABLE])
+    dump_id = pipeline.dump([table])
     dump, _, flushed_at = wait_dump(pipeline, dump_id, started, timeout_s)
     return sum(t["rows"] for t in dump["tables"]), flushed_at - started
 
 
-def dblog_stream(dsn: str, output: Any, workdir: Path, updates: int) -> dict[str, Any]:
+def dblog_stream(side: SourceSide, output: Any, workdir: Path, updates: int) -> dict[str, Any]:
     """Write the updates while dblog is stopped, then time their consumption."""
     from dblog.app.pipeline import Pipeline
-    from dblog.connectors.postgres import PostgresConnector
     from dblog.engine import EngineSettings
 
-    return timed_stream(dsn, updates, lambda: Pipeline(
-        PostgresConnector({"dsn": dsn, "tables": [TABLE], "slot": "bench_rep"}, "bench_rep"),
-        [output], state_path=str(workdir / "bench_rep-state.json"), settings=EngineSettings()))
+    return timed_stream(side.dsn, updates, lambda: Pipeline(
+        side.pipeline_connector("bench_rep"), [output],
+        state_path=str(workdir / "bench_rep-state.json"), settings=EngineSettings()),
+        side=side)
 
 
 def timed_stream(dsn: str, updates: int, make_pipeline: Callable[[], Any],
-                 wait_s: float = 60.0) -> dict[str, Any]:
-    """Write ``updates`` single-row UPDATEs to the source, then start the pipeline
-    ``make_pipeline`` builds and time it until its committed position passes them (an hour
-    at most); ``wait_s``: how long its start and its stop may take."""
-    import psycopg
-
-    from dblog.connectors.postgres.positions import Lsn
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(UPDATE_SQL.format(rows=updates))
-        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
-        assert row is not None
-        end = Lsn.parse(row[0])
+                 wait_s: float = 60.0, side: SourceSide | None = None) -> dict[str, Any]:
+    """Write ``updates`` single-row UPDATEs to the source (``side``, default the PostgreSQL
+    at ``dsn``), then start the pipeline ``make_pipeline`` builds and time it until its
+    committed position passes them (an hour at most); ``wait_s``: how long its start and its
+    stop may take."""
+    own = side is None
+    side = side or PostgresSide(dsn)
+    side.write_updates(updates, slot=None)
+    end = side.end_position()
+    if own:
+        side.disconnect()
     pipeline = make_pipeline()
     started = time.monotonic()
     pipeline.start(wait_ready=wait_s)
     try:
         while True:
             position = pipeline.status()["committed_position"]
-            if position is not None and Lsn.parse(position) >= end:
+            if position is not None and side.parse(position) >= end:
                 break
             if time.monotonic() > started + 3600:
                 raise RuntimeError("the stream was not consumed in an hour")
@@ -163,13 +162,14 @@ def clean_source(dsn: str, slots: Sequence[str]) -> None:
         conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
 
 
-def source_args(parser: argparse.ArgumentParser, rows: int) -> None:
-    """The options of every PostgreSQL replica benchmark (the source and the workload)."""
-    parser.add_argument("--db", choices=["postgres"], default="postgres")
+def source_args(parser: argparse.ArgumentParser, rows: int,
+                dbs: Sequence[str] = ("postgres",)) -> None:
+    """The options of every replica benchmark (the source and the workload)."""
+    parser.add_argument("--db", choices=list(dbs), default="postgres")
     parser.add_argument("--rows", type=int, default=rows)
     parser.add_argument("--updates", type=int, default=100_000)
     parser.add_argument("--chunk-size", type=int, default=1000)
-    parser.add_argument("--dsn", help="use this PostgreSQL instead of a throwaway one")
+    parser.add_argument("--dsn", help="use this source server instead of a throwaway one")
 
 
 def _upsert_sql(engine: Any, names: list[str]) -> str:
@@ -316,32 +316,43 @@ def prepare_target(kind: str, target: str, workdir: Path) -> tuple[str, Any]:
 
 
 def measure(args: argparse.Namespace, dsn: str, workdir: Path) -> dict[str, Any]:
-    load_source(dsn, args.rows)
-    rows = source_rows(dsn)
+    side = source_side(args.db, dsn)
+    if isinstance(side, PostgresSide):
+        side.slots = ("bench_rep", "bench_ref")
+    try:
+        progress(f"loading {args.rows} rows")
+        side.load(args.rows)
+        result = _measure(args, side, workdir)
+    finally:
+        side.close()
+    return result
+
+
+def _measure(args: argparse.Namespace, side: SourceSide, workdir: Path) -> dict[str, Any]:
+    rows = source_rows(side.dsn, side=side)
     url, server = prepare_target(args.output, args.target, workdir)
     try:
-        output, reader = make_output(args.output, args.target, url, dsn)
+        output, reader = make_output(args.output, args.target, url, side)
         progress(f"dblog dump into {output.name}")
-        dump = dblog_dump(dsn, output, workdir, args.chunk_size)
+        dump = dblog_dump(side, output, workdir, args.chunk_size)
         from dblog.outputs.jsonl import JsonlOutput
 
         progress("dblog dump into a jsonl file (the engine's own limit in this run)")
-        engine = dblog_dump(dsn, JsonlOutput({"path": str(workdir / "ref.jsonl")}), workdir,
+        engine = dblog_dump(side, JsonlOutput({"path": str(workdir / "ref.jsonl")}), workdir,
                             args.chunk_size, "bench_ref")
-        output, reader2 = make_output(args.output, args.target, url, dsn)
+        output, reader2 = make_output(args.output, args.target, url, side)
         progress(f"dblog stream of {args.updates} updates")
-        stream = dblog_stream(dsn, output, workdir, args.updates)
-        updated = source_rows(dsn, args.updates)
-        result = raw_side(args, url, rows, updated, workdir, reader)
+        stream = dblog_stream(side, output, workdir, args.updates)
+        updated = source_rows(side.dsn, args.updates, side=side)
+        result = raw_side(args, url, rows, updated, workdir, reader, side.table)
         reader.close()
         reader2.close()
     finally:
         if server is not None:
             server.stop()
-        clean_source(dsn, ["bench_rep", "bench_ref"])
     dump_rate, stream_rate = dump["rows"] / dump["seconds"], args.updates / stream["seconds"]
     return {
-        "db": "postgres", "output": args.output,
+        "db": side.db, "output": args.output,
         "target": "delta" if args.output == "delta" else args.target,
         "rows": dump["rows"], "updates": args.updates,
         "dump_rows_per_s": round(dump_rate, 1),
@@ -358,11 +369,12 @@ def measure(args: argparse.Namespace, dsn: str, workdir: Path) -> dict[str, Any]
 
 
 def raw_side(args: argparse.Namespace, url: str, rows: list[dict[str, Any]],
-             updated: list[dict[str, Any]], workdir: Path, reader: Any) -> dict[str, Any]:
+             updated: list[dict[str, Any]], workdir: Path, reader: Any,
+             table: str) -> dict[str, Any]:
     from dblog.core.model import TableId
     from dblog.outputs.sql_kinds import kinds_of
 
-    info = reader.table_info(TableId.parse(TABLE))
+    info = reader.table_info(TableId.parse(table))
     kinds = kinds_of(info)
     if args.output == "sql":
         progress("raw executemany upserts")
@@ -378,15 +390,15 @@ def raw_side(args: argparse.Namespace, url: str, rows: list[dict[str, Any]],
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    source_args(parser, rows=200_000)
+    source_args(parser, rows=200_000, dbs=("postgres", "mariadb"))
     parser.add_argument("--output", choices=["sql", "delta"], required=True)
     parser.add_argument("--target", choices=["sqlite", "postgres", "mariadb"],
                         default="postgres", help="the sql output's database")
     parser.add_argument("--merge-sizes", default="1000000",
                         help="Delta table sizes for the MERGE cost (comma-separated)")
     args, _ = parser.parse_known_args(argv)
-    return on_postgres(args.dsn, "dblog-bench-replica-",
-                       lambda dsn, workdir: measure(args, dsn, workdir))
+    return on_source(args.db, args.dsn, "dblog-bench-replica-",
+                     lambda dsn, workdir: measure(args, dsn, workdir))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""The source side of bench/kafka.py, per ``--db``: load the N-row table, build the connector
-of a dblog child, and write the N updates (transactions of 1,000) while no consumer runs.
+"""The source side of bench/kafka.py and bench/replica.py, per ``--db``: load the N-row table,
+build the connector of a dblog pipeline, write the N updates (transactions of 1,000) while no
+consumer runs, and read the table back.
 
 * postgres: the table and updates of bench/run.py; a replication slot per phase, the stream's
   created before the updates.
@@ -25,17 +26,37 @@ class SourceSide(Protocol):
 
     def before_phase(self, phase: str) -> None: ...
 
-    def write_updates(self, rows: int) -> dict[str, Any]:
-        """Write the updates; the extra child arguments of the stream phase."""
+    def write_updates(self, rows: int, slot: str | None = STREAM_SLOT) -> dict[str, Any]:
+        """Write the updates (PostgreSQL: after creating ``slot``, when given); the extra
+        child arguments of the stream phase."""
         ...
 
     def after_phase(self, phase: str) -> None: ...
 
-    def close(self) -> None: ...
+    def end_position(self) -> Any:
+        """The source's current log position (after the updates)."""
+        ...
+
+    def parse(self, text: str) -> Any:
+        """A position as the pipeline's status shows it."""
+        ...
+
+    def chunk_reader(self) -> Any: ...
+
+    def pipeline_connector(self, name: str) -> Any:
+        """A connector for an in-process pipeline named ``name`` (a slot or server id of its
+        own), capturing the benchmark table."""
+        ...
+
+    def close(self) -> None:
+        """Drop what the benchmark created (slots, the table) and disconnect."""
+
+    def disconnect(self) -> None: ...
 
 
 class PostgresSide:
     db = "postgres"
+    slots: tuple[str, ...] = (DUMP_SLOT, STREAM_SLOT)
 
     def __init__(self, dsn: str) -> None:
         import psycopg
@@ -55,11 +76,12 @@ class PostgresSide:
 
         drop_slot(self.admin, DUMP_SLOT if phase == "dump" else STREAM_SLOT)
 
-    def write_updates(self, rows: int) -> dict[str, Any]:
+    def write_updates(self, rows: int, slot: str | None = STREAM_SLOT) -> dict[str, Any]:
         from run import UPDATE_SQL, try_checkpoint
 
-        self.admin.execute("SELECT pg_create_logical_replication_slot(%s, 'wal2json')",
-                           (STREAM_SLOT,))
+        if slot is not None:
+            self.admin.execute("SELECT pg_create_logical_replication_slot(%s, 'wal2json')",
+                               (slot,))
         self.admin.execute(UPDATE_SQL.format(rows=rows))
         try_checkpoint(self.admin)
         return {}
@@ -67,13 +89,37 @@ class PostgresSide:
     def after_phase(self, phase: str) -> None:
         self.before_phase(phase)
 
+    def end_position(self) -> Any:
+        from dblog.connectors.postgres.positions import Lsn
+
+        row = self.admin.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        return Lsn.parse(row[0])
+
+    def parse(self, text: str) -> Any:
+        from dblog.connectors.postgres.positions import Lsn
+
+        return Lsn.parse(text)
+
+    def chunk_reader(self) -> Any:
+        from dblog.connectors.postgres.chunks import PostgresChunkReader
+
+        return PostgresChunkReader(self.dsn, [], {})
+
+    def pipeline_connector(self, name: str) -> Any:
+        from dblog.connectors.postgres import PostgresConnector
+
+        return PostgresConnector({"dsn": self.dsn, "tables": [self.table], "slot": name}, name)
+
     def close(self) -> None:
         from run import drop_slot
 
         with contextlib.suppress(Exception):
-            for slot in (DUMP_SLOT, STREAM_SLOT):
+            for slot in self.slots:
                 drop_slot(self.admin, slot, wait_s=10.0)
             self.admin.execute(f"DROP TABLE IF EXISTS {self.table}")
+        self.admin.close()
+
+    def disconnect(self) -> None:
         self.admin.close()
 
 
@@ -94,7 +140,7 @@ class MariadbSide:
     def before_phase(self, phase: str) -> None:
         pass
 
-    def write_updates(self, rows: int) -> dict[str, Any]:
+    def write_updates(self, rows: int, slot: str | None = None) -> dict[str, Any]:
         from mysql import DATABASE, PROCEDURE_SQL, _sql
 
         start = str(_sql(self.admin, "SELECT @@GLOBAL.gtid_binlog_pos")[0][0])
@@ -106,11 +152,37 @@ class MariadbSide:
     def after_phase(self, phase: str) -> None:
         pass
 
+    def end_position(self) -> Any:
+        from mysql import _sql
+
+        return self.parse(str(_sql(self.admin, "SELECT @@GLOBAL.gtid_binlog_pos")[0][0]))
+
+    def parse(self, text: str) -> Any:
+        from dblog.connectors.mysql.positions import MariadbGtid
+
+        return MariadbGtid.parse(text)
+
+    def chunk_reader(self) -> Any:
+        from dblog.connectors.mysql.chunks import MysqlChunkReader
+        from dblog.connectors.mysql.db import parse_dsn
+
+        return MysqlChunkReader(parse_dsn(self.dsn), [], {})
+
+    def pipeline_connector(self, name: str) -> Any:
+        from dblog.connectors.mysql import MysqlConnector
+
+        server_id = 7300 + sum(name.encode()) % 500
+        return MysqlConnector({"dsn": self.dsn, "tables": [self.table], "server_id": server_id,
+                               "heartbeat_s": 0.02}, name)
+
     def close(self) -> None:
         from mysql import DATABASE, _sql
 
         with contextlib.suppress(Exception):
             _sql(self.admin, f"DROP DATABASE IF EXISTS {DATABASE}")
+        self.admin.close()
+
+    def disconnect(self) -> None:
         self.admin.close()
 
 
