@@ -8,12 +8,13 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from dblog.app.configcheck import validated
 from dblog.connectors.mysql.positions import BinlogPosition
 from dblog.core.model import TableId
 from dblog.core.positions import Position
-from dblog.errors import ConfigError, DblogError, FatalSourceError
+from dblog.errors import DblogError, FatalSourceError
 from dblog.runtime.clock import SystemClock
 from dblog.runtime.redact import RedactedRepr, register_dsn
 from dblog.spi import Clock, Finding
@@ -79,7 +80,8 @@ class MysqlConnector:
 
     def __init__(self, config: MysqlConfig | dict[str, Any], instance: str = "dblog",
                  clock: Clock | None = None) -> None:
-        self.config = config if isinstance(config, MysqlConfig) else _validated(config)
+        self.config = config if isinstance(config, MysqlConfig) else \
+            validated(MysqlConfig, config)
         self.instance = instance
         self.clock: Clock = clock or SystemClock()
         self.endpoint: Endpoint = parse_dsn(self.config.dsn)
@@ -94,7 +96,7 @@ class MysqlConnector:
 
     @classmethod
     def from_config(cls, raw: dict[str, Any], instance: str) -> MysqlConnector:
-        return cls(_validated(raw), instance)
+        return cls(validated(MysqlConfig, raw), instance)
 
     def _conn(self) -> Any:
         """The catalog connection, opened again (with backoff) when a server restart left it
@@ -224,15 +226,3 @@ class MysqlConnector:
             with contextlib.suppress(Exception):  # closing a dead connection may fail again
                 self._catalog.close()
             self._catalog = None
-
-
-def _validated(raw: dict[str, Any]) -> MysqlConfig:
-    """The embedded API's dict as a config; a ConfigError naming the fields (pydantic's own
-    message would quote the input, connection string included)."""
-    register_dsn(str(raw.get("dsn", "")))
-    try:
-        return MysqlConfig(**raw)
-    except ValidationError as exc:
-        details = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                            for e in exc.errors())
-        raise ConfigError(f"source: {details}", fix="see docs/configuration.md") from None
