@@ -6,6 +6,7 @@ Install with ``pip install dblog[mysql]``. See docs/sources/mysql.md for the set
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -14,13 +15,13 @@ from dblog.app.configcheck import validated
 from dblog.connectors.mysql.positions import BinlogPosition
 from dblog.core.model import TableId
 from dblog.core.positions import Position
-from dblog.errors import DblogError, FatalSourceError
+from dblog.errors import FatalSourceError
 from dblog.runtime.clock import SystemClock
 from dblog.runtime.redact import RedactedRepr, register_dsn
 from dblog.spi import Clock, Finding
 from dblog.spi.source import LoggedImages
 
-from . import catalog, retire, setup
+from . import catalog, checks, retire, setup
 from .binlog import MysqlLogReader
 from .chunks import MysqlChunkReader, MysqlWatermarkWriter
 from .db import Endpoint, alive, connect, parse_dsn, query
@@ -30,6 +31,8 @@ from .retry import with_backoff
 from .startrecord import WatermarkStartRecord
 
 __all__ = ["Finding", "MysqlConfig", "MysqlConnector"]
+
+log = logging.getLogger("dblog.connectors.mysql")
 
 
 class MysqlConfig(RedactedRepr, BaseModel):
@@ -136,11 +139,10 @@ class MysqlConnector:
         conn = self._conn()
         findings = setup.check_server(conn, self.flavor(), self.config.server_id,
                                       self.report_name)
-        for table in catalog.list_tables(conn, self.config.tables, self.watermark_table):
-            try:
-                catalog.table_info(conn, table, self.key_columns.get(table))
-            except DblogError as exc:
-                findings.append(Finding("error", exc.message, exc.fix))
+        tables = catalog.list_tables(conn, self.config.tables, self.watermark_table)
+        findings.extend(checks.table_findings(conn, self.config.tables, tables,
+                                              self.key_columns))
+        for table in tables:
             refused = self._refused(table)
             if refused is not None:
                 findings.append(Finding("error", refused.message, refused.fix))
@@ -164,7 +166,10 @@ class MysqlConnector:
         if errors:
             raise FatalSourceError("; ".join(e.message for e in errors),
                                    fix="; ".join(e.fix for e in errors if e.fix))
-        for table in catalog.list_tables(conn, self.config.tables, self.watermark_table):
+        tables = catalog.list_tables(conn, self.config.tables, self.watermark_table)
+        for warning in checks.start_warnings(self.config.tables, tables):
+            log.warning("%s (fix: %s)", warning.message, warning.fix)
+        for table in tables:
             refused = self._refused(table)
             if refused is not None:
                 raise refused
