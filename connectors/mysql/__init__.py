@@ -6,20 +6,22 @@ Install with ``pip install dblog[mysql]``. See docs/sources/mysql.md for the set
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from dblog.app.configcheck import validated
 from dblog.connectors.mysql.positions import BinlogPosition
 from dblog.core.model import TableId
 from dblog.core.positions import Position
-from dblog.errors import ConfigError, DblogError, FatalSourceError
+from dblog.errors import FatalSourceError
 from dblog.runtime.clock import SystemClock
 from dblog.runtime.redact import RedactedRepr, register_dsn
 from dblog.spi import Clock, Finding
 from dblog.spi.source import LoggedImages
 
-from . import catalog, retire, setup
+from . import catalog, checks, retire, setup
 from .binlog import MysqlLogReader
 from .chunks import MysqlChunkReader, MysqlWatermarkWriter
 from .db import Endpoint, alive, connect, parse_dsn, query
@@ -29,6 +31,8 @@ from .retry import with_backoff
 from .startrecord import WatermarkStartRecord
 
 __all__ = ["Finding", "MysqlConfig", "MysqlConnector"]
+
+log = logging.getLogger("dblog.connectors.mysql")
 
 
 class MysqlConfig(RedactedRepr, BaseModel):
@@ -79,7 +83,8 @@ class MysqlConnector:
 
     def __init__(self, config: MysqlConfig | dict[str, Any], instance: str = "dblog",
                  clock: Clock | None = None) -> None:
-        self.config = config if isinstance(config, MysqlConfig) else _validated(config)
+        self.config = config if isinstance(config, MysqlConfig) else \
+            validated(MysqlConfig, config)
         self.instance = instance
         self.clock: Clock = clock or SystemClock()
         self.endpoint: Endpoint = parse_dsn(self.config.dsn)
@@ -94,7 +99,7 @@ class MysqlConnector:
 
     @classmethod
     def from_config(cls, raw: dict[str, Any], instance: str) -> MysqlConnector:
-        return cls(_validated(raw), instance)
+        return cls(validated(MysqlConfig, raw), instance)
 
     def _conn(self) -> Any:
         """The catalog connection, opened again (with backoff) when a server restart left it
@@ -134,11 +139,10 @@ class MysqlConnector:
         conn = self._conn()
         findings = setup.check_server(conn, self.flavor(), self.config.server_id,
                                       self.report_name)
-        for table in catalog.list_tables(conn, self.config.tables, self.watermark_table):
-            try:
-                catalog.table_info(conn, table, self.key_columns.get(table))
-            except DblogError as exc:
-                findings.append(Finding("error", exc.message, exc.fix))
+        tables = catalog.list_tables(conn, self.config.tables, self.watermark_table)
+        findings.extend(checks.table_findings(conn, self.config.tables, tables,
+                                              self.key_columns))
+        for table in tables:
             refused = self._refused(table)
             if refused is not None:
                 findings.append(Finding("error", refused.message, refused.fix))
@@ -162,7 +166,10 @@ class MysqlConnector:
         if errors:
             raise FatalSourceError("; ".join(e.message for e in errors),
                                    fix="; ".join(e.fix for e in errors if e.fix))
-        for table in catalog.list_tables(conn, self.config.tables, self.watermark_table):
+        tables = catalog.list_tables(conn, self.config.tables, self.watermark_table)
+        for warning in checks.start_warnings(self.config.tables, tables):
+            log.warning("%s (fix: %s)", warning.message, warning.fix)
+        for table in tables:
             refused = self._refused(table)
             if refused is not None:
                 raise refused
@@ -224,15 +231,3 @@ class MysqlConnector:
             with contextlib.suppress(Exception):  # closing a dead connection may fail again
                 self._catalog.close()
             self._catalog = None
-
-
-def _validated(raw: dict[str, Any]) -> MysqlConfig:
-    """The embedded API's dict as a config; a ConfigError naming the fields (pydantic's own
-    message would quote the input, connection string included)."""
-    register_dsn(str(raw.get("dsn", "")))
-    try:
-        return MysqlConfig(**raw)
-    except ValidationError as exc:
-        details = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                            for e in exc.errors())
-        raise ConfigError(f"source: {details}", fix="see docs/configuration.md") from None

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from dblog.core.model import ColumnInfo, TableId, TableInfo
-from dblog.errors import DumpRequestError
+from dblog.errors import DblogError, DumpRequestError
 
-from .db import query
+from .db import query, quote
 from .types import base_type, unsupported
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
@@ -58,6 +58,46 @@ def unsupported_columns(conn: Any, table: TableId) -> list[str]:
     return [f"{r[0]} ({_text(r[1])})" for r in rows if unsupported(_text(r[1]))]
 
 
+UNIQUE_INDEXES_SQL = """
+SELECT s.INDEX_NAME, s.COLUMN_NAME, c.IS_NULLABLE FROM information_schema.STATISTICS s
+LEFT JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA = s.TABLE_SCHEMA
+  AND c.TABLE_NAME = s.TABLE_NAME AND c.COLUMN_NAME = s.COLUMN_NAME
+WHERE s.TABLE_SCHEMA = %s AND s.TABLE_NAME = %s AND s.NON_UNIQUE = 0
+ORDER BY s.INDEX_NAME, s.SEQ_IN_INDEX
+"""
+
+
+def unique_key_columns(conn: Any, table: TableId) -> tuple[str, ...] | None:
+    """The columns of the smallest unique index on non-null columns (the primary key if it is
+    one of the smallest), or None: the only key ever suggested. An index on an expression
+    (MySQL 8, no column name) or with a nullable column does not qualify."""
+    rows = query(conn, UNIQUE_INDEXES_SQL, (table.schema, table.name),
+                 f"reading the unique indexes of {table}")
+    indexes: dict[str, list[str | None]] = {}
+    for index, column, nullable in rows:
+        ok = column is not None and _text(nullable) == "NO"
+        indexes.setdefault(_text(index), []).append(_text(column) if ok else None)
+    keys = [(len(cols), name != "PRIMARY", name, tuple(c for c in cols if c is not None))
+            for name, cols in indexes.items() if None not in cols]
+    return min(keys)[3] if keys else None
+
+
+def key_fix(conn: Any, table: TableId) -> str:
+    """What to do for a table without a key: name the columns of a unique index on non-null
+    columns in source.key_columns when there is one (never a column merely guessed)."""
+    name = f"{quote(table.schema)}.{quote(table.name)}"
+    try:
+        unique = unique_key_columns(conn, table)
+    except DblogError:  # the indexes cannot be read: suggest nothing rather than guess
+        return (f"add a primary key (ALTER TABLE {name} ADD PRIMARY KEY (...)), or name a "
+                "unique, non-null key in source.key_columns")
+    if unique is None:
+        return (f"add a primary key (ALTER TABLE {name} ADD PRIMARY KEY (...)); no unique "
+                "index on non-null columns exists to name in source.key_columns")
+    return (f"add a primary key, or name its unique index's columns in source.key_columns: "
+            f"key_columns: {{\"{table}\": {list(unique)}}}")
+
+
 def table_info(conn: Any, table: TableId, key_columns: Sequence[str] | None) -> TableInfo:
     doing = f"reading the columns of {table}"
     columns = query(conn, COLUMNS_SQL, (table.schema, table.name), doing)
@@ -69,9 +109,8 @@ def table_info(conn: Any, table: TableId, key_columns: Sequence[str] | None) -> 
         str(r[0]) for r in query(conn, PK_SQL, (table.schema, table.name), doing))
     if not keys:
         raise DumpRequestError(
-            f"table {table} has no primary key, so it cannot be dumped in key chunks",
-            fix=f"add a primary key, or name a unique non-null key in source.key_columns "
-                f"(for example key_columns: {{\"{table}\": [\"{names[0]}\"]}})")
+            f"table {table} has no primary key, so it cannot be dumped in key chunks and its "
+            "events carry no key", fix=key_fix(conn, table))
     unknown = [k for k in keys if k not in names]
     if unknown:
         raise DumpRequestError(f"key columns {unknown} are not columns of {table}")

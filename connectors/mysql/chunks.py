@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dblog.core import dumps as dumpops
 from dblog.core.model import EncodedRow, Key, Row, TableId, TableInfo
 from dblog.errors import DumpRequestError, FatalSourceError
 from dblog.spi import Chunk
@@ -18,9 +17,8 @@ from . import catalog
 from .collation import key_converter
 from .db import DriverError, Endpoint, connect, query, quote
 from .errors import classify
-from .nativetypes import NATIVE_TYPES, parse_canonical
+from .keys import parse_keys
 from .types import (
-    base_type,
     dump_converter,
     identity,
     json_expression,
@@ -226,30 +224,15 @@ class MysqlChunkReader:
         return Chunk(self._rows(q, sql, params, f"reading keys of {info.table}"))
 
     def parse_key(self, info: TableInfo, values: Sequence[object]) -> Key:
-        types = {c.name: c.type_name for c in info.columns}
-        collations = info.extra.get("collations", {})
-        return dumpops.parse_key(
-            info, values, lambda name, v: _parse_value(types[name], collations.get(name), v))
+        return self.parse_keys(info, [values])[0]
+
+    def parse_keys(self, info: TableInfo, keys: Sequence[Sequence[object]]) -> list[Key]:
+        """A :class:`dblog.spi.KeyListParser`: each value checked against its key column's
+        type and range and brought to the canonical form (keys.py), no round trip."""
+        return parse_keys(info, keys)
 
     def close(self) -> None:
         self.conn.close()
-
-
-def _parse_value(column_type: str, collation: str | None, value: object) -> object:
-    if value is None:
-        return None
-    if base_type(column_type) in NATIVE_TYPES:
-        try:
-            return parse_canonical(base_type(column_type), str(value))
-        except ValueError as exc:
-            raise DumpRequestError(f"{value!r} is not a {column_type} value: {exc}") from exc
-    convert = dump_converter(column_type)
-    if convert is identity:
-        return int(str(value))
-    if collation is None:
-        return convert(value)
-    norm = key_converter(collation)
-    return str(value) if norm is None else norm(str(value))
 
 
 class MysqlWatermarkWriter:

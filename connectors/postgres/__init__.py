@@ -12,11 +12,12 @@ from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from dblog.app.configcheck import validated
 from dblog.core.model import TableId
 from dblog.core.positions import Position
-from dblog.errors import ConfigError, DblogError, FatalSourceError
+from dblog.errors import DblogError, FatalSourceError
 from dblog.runtime.redact import RedactedRepr, register_dsn
 from dblog.spi import Finding
 from dblog.spi.source import LoggedImages
@@ -91,7 +92,8 @@ class PostgresConnector:
     config_model = PostgresConfig
 
     def __init__(self, config: PostgresConfig | dict[str, Any], instance: str = "dblog") -> None:
-        self.config = config if isinstance(config, PostgresConfig) else _validated(config)
+        self.config = config if isinstance(config, PostgresConfig) else \
+            validated(PostgresConfig, config)
         self.instance = instance
         self.watermark_table = TableId.parse(self.config.watermark_table)
         self.key_columns = {TableId.parse(t): tuple(c) for t, c in self.config.key_columns.items()}
@@ -200,18 +202,6 @@ def _replica_identity(conn: psycopg.Connection, table: TableId) -> tuple[str, bo
         "AND a.attnum > 0 AND NOT a.attisdropped AND a.attstorage IN ('x', 'e')) "
         "FROM pg_class c WHERE c.oid = %s::regclass", (catalog.regclass(table),)).fetchone()
     return None if row is None else (str(row[0]), bool(row[1]))
-
-
-def _validated(raw: dict[str, Any]) -> PostgresConfig:
-    """The embedded API's dict as a config; a ConfigError naming the fields (pydantic's own
-    message would quote the input, connection string included)."""
-    register_dsn(str(raw.get("dsn", "")))
-    try:
-        return PostgresConfig(**raw)
-    except ValidationError as exc:
-        details = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                            for e in exc.errors())
-        raise ConfigError(f"source: {details}", fix="see docs/configuration.md") from None
 
 
 def _refuse_unsafe(findings: list[Finding]) -> None:

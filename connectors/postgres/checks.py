@@ -23,6 +23,7 @@ from psycopg import sql
 
 from dblog.core.model import TableId
 from dblog.spi import Finding
+from dblog.spi.findings import missing_tables
 
 from . import catalog, setup
 
@@ -62,22 +63,6 @@ def table_facts(conn: psycopg.Connection, patterns: Sequence[str],
         if table != exclude and catalog.matches(table, patterns):
             facts[table] = TableFacts(table, str(identity), bool(has_pk), bool(has_index))
     return facts
-
-
-def missing_tables(patterns: Sequence[str], found: Mapping[TableId, object],
-                   at_start: bool = False) -> list[Finding]:
-    """Tables named exactly (no ``*``) in ``source.tables`` that do not exist: an error for
-    ``check``; a warning at start (such a table is captured once it is created)."""
-    findings = []
-    for pattern in patterns:
-        schema, _, name = pattern.partition(".")
-        if "*" not in (schema, name) and TableId(schema, name) not in found:
-            findings.append(Finding(
-                "warning" if at_start else "error",
-                f"table {pattern} in source.tables does not exist: nothing of it is captured",
-                "create the table, or correct its name in source.tables "
-                "(schema.table, exactly as in the database)"))
-    return findings
 
 
 def keyless_findings(facts: TableFacts, key_columns: Sequence[str] | None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from dblog.app.config import PipelineConfig
-from dblog.errors import DblogError
+from dblog.errors import DblogError, RetryableStateError
 from dblog.state import FileStateStore, state_from_json
 
 
@@ -16,8 +16,10 @@ def stored_status(config: PipelineConfig) -> dict[str, Any]:
 
         try:
             return ha_status(config)
-        except DblogError as exc:
+        except RetryableStateError as exc:
             return {"state_store": f"unreachable: {exc.message}"}
+        except DblogError as exc:  # a damaged state znode, missing ACL rights: with the fix
+            return {"state_store": f"error: {exc.message}", "fix": exc.fix}
     stored = FileStateStore(config.state.path).load()
     if stored is None:
         return {"committed_position": None, "note": f"no state at {config.state.path}"}

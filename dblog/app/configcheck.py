@@ -18,12 +18,15 @@ from __future__ import annotations
 import math
 import re
 import types
-from typing import Any, Union, get_args, get_origin
+from typing import Any, TypeVar, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
+from dblog.errors import ConfigError
 from dblog.runtime.redact import redact, register_dsn, register_secret
+
+Model = TypeVar("Model", bound=BaseModel)
 
 _SECRET_FIELD = re.compile(r"(?i)password|passwd|secret|token$|sasl_password|api_key")
 _DSN_FIELD = re.compile(r"(?i)dsn|conninfo|url|uri|bootstrap")
@@ -77,6 +80,19 @@ def register_secrets(raw: Any, key: str = "") -> None:
             register_secret(raw)
         elif _DSN_FIELD.search(key):
             register_dsn(raw)
+
+
+def validated(model: type[Model], raw: dict[str, Any], section: str = "source") -> Model:
+    """``raw`` (a dict given to the embedded API) as ``model``; a ConfigError naming the fields
+    and their problems, never pydantic's own message, which quotes the input (a connection
+    string with its password). The secrets in ``raw`` are registered first."""
+    register_secrets(raw)
+    try:
+        return model(**raw)
+    except ValidationError as exc:
+        details = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                            for e in exc.errors())
+        raise ConfigError(f"{section}: {details}", fix="see docs/configuration.md") from None
 
 
 def strict_problems(model: type[BaseModel], raw: Any, where: str = "") -> list[str]:

@@ -46,6 +46,7 @@ from dblog.errors import (
 )
 from dblog.spi import StoredState
 from dblog.state import check_fence
+from dblog.state.codec import checked_document
 
 log = logging.getLogger("dblog.ha")
 MAX_STATE_BYTES = 1_000_000
@@ -143,6 +144,12 @@ def ensure_layout(client: KazooClient, paths: ZkPaths) -> None:
             client.create(paths.epoch, b"0")
 
 
+def _damaged_fix(paths: ZkPaths) -> str:
+    return (f"restore the data of {paths.state} from a backup; or, to start over, stop every "
+            f"instance, delete that znode (zkCli.sh: delete {paths.state}; a jsonl output that "
+            "holds events then needs reset: true for that start) and request a full dump")
+
+
 class ZooKeeperStateStore:
     """A :class:`dblog.spi.StateStore` in one znode."""
 
@@ -157,12 +164,14 @@ class ZooKeeperStateStore:
             raw, stat = self.client.get(self.paths.state)
         except NoNodeError:
             return None
+        where = f"state znode {self.paths.state}"
         try:
-            doc: dict[str, Any] = json.loads(raw.decode("utf-8"))
-        except ValueError as exc:
-            raise StateError(f"state znode {self.paths.state} is not valid JSON: {exc}",
-                             fix="restore it or delete the znode to start over") from exc
-        return doc, int(stat.version)
+            doc = json.loads((raw or b"").decode("utf-8"))
+        except ValueError as exc:  # UnicodeDecodeError too
+            raise StateError(f"{where} is damaged: not valid JSON ({exc})",
+                             fix=_damaged_fix(self.paths)) from exc
+        return checked_document(doc, where, _damaged_fix(self.paths), versioned=False), \
+            int(stat.version)
 
     def load(self) -> StoredState | None:
         with classified(f"reading {self.paths.state}"):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
+
+from dblog.core.model import TableId
 
 Level = Literal["error", "warning", "ok"]
 
@@ -24,3 +27,20 @@ class Checkable(Protocol):
     what the output needs from the source, without changing anything."""
 
     def check(self) -> list[Finding]: ...
+
+
+def missing_tables(patterns: Sequence[str], found: Container[TableId], at_start: bool = False,
+                   qualified: str = "schema.table") -> list[Finding]:
+    """Tables named exactly (no ``*``) in ``source.tables`` that are not in ``found``: an error
+    for ``check`` (a typo captures nothing); a warning at start (such a table is captured once
+    it is created). ``qualified`` says how a name is written for the source."""
+    findings = []
+    for pattern in patterns:
+        schema, _, name = pattern.partition(".")
+        if "*" not in (schema, name) and TableId(schema, name) not in found:
+            findings.append(Finding(
+                "warning" if at_start else "error",
+                f"table {pattern} in source.tables does not exist: nothing of it is captured",
+                "create the table, or correct its name in source.tables "
+                f"({qualified}, exactly as in the database)"))
+    return findings

@@ -47,3 +47,35 @@ def state_from_json(raw: dict[str, Any]) -> PipelineState:
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         raise StateError(f"a dump in the state is damaged ({type(exc).__name__}: {exc})") from exc
     return PipelineState(position=decode_position(position), seq=seq, dumps=queue)
+
+
+def checked_document(doc: Any, where: str, fix: str, versioned: bool) -> dict[str, Any]:
+    """``doc`` if it is a stored state document: ``{"version"?, "epoch", "data"}`` (a file
+    keeps its version inside, a znode as its own version), with data that decodes. Otherwise
+    one StateError "``where`` is damaged: ..." with ``fix``; a problem that is not damage (a
+    position of a connector not installed) keeps its own fix."""
+    problem = _envelope_problem(doc, versioned)
+    if problem is None:
+        try:
+            state_from_json(doc["data"])
+        except StateError as exc:
+            if exc.fix is not None and "damaged" not in exc.message:
+                raise StateError(f"{where}: {exc.message}", fix=exc.fix) from exc
+            problem = exc.message
+    if problem is not None:
+        raise StateError(f"{where} is damaged: {problem}", fix=fix)
+    checked: dict[str, Any] = doc
+    return checked
+
+
+def _envelope_problem(doc: Any, versioned: bool) -> str | None:
+    if not isinstance(doc, dict):
+        return f"a JSON {type(doc).__name__} where an object was expected"
+    version, epoch = doc.get("version"), doc.get("epoch", 0)
+    if versioned and (type(version) is not int or version < 0):
+        return f"its version is {version!r}, not a count"
+    if type(epoch) is not int:
+        return f"its epoch is {epoch!r}, not a number"
+    if not isinstance(doc.get("data"), dict):
+        return "its data is missing or not an object"
+    return None

@@ -17,7 +17,7 @@ from typing import Any
 
 from dblog.errors import StateError
 from dblog.spi import StoredState
-from dblog.state.codec import check_fence, state_from_json
+from dblog.state.codec import check_fence, checked_document
 
 _DAMAGED_FIX = ("restore the file from a backup; or, to start over, move it away (a jsonl output "
                 "that holds events then needs reset: true for that start) and request a full "
@@ -52,20 +52,7 @@ class FileStateStore:
         return self._checked(doc)
 
     def _checked(self, doc: Any) -> dict[str, Any]:
-        """The document if it is a state (version, epoch, data that decodes)."""
-        problem = _problem(doc)
-        if problem is None:
-            try:
-                state_from_json(doc["data"])
-            except StateError as exc:
-                problem = exc.message
-                if exc.fix is not None and "damaged" not in exc.message:
-                    raise StateError(f"state file {self.path}: {exc.message}",
-                                     fix=exc.fix) from exc
-        if problem is not None:
-            raise StateError(f"state file {self.path} is damaged: {problem}", fix=_DAMAGED_FIX)
-        checked: dict[str, Any] = doc
-        return checked
+        return checked_document(doc, f"state file {self.path}", _DAMAGED_FIX, versioned=True)
 
     def load(self) -> StoredState | None:
         doc = self._read()
@@ -119,16 +106,3 @@ class FileStateStore:
         finally:
             os.close(dir_fd)
 
-
-def _problem(doc: Any) -> str | None:
-    """What is wrong with the document's envelope (None: nothing)."""
-    if not isinstance(doc, dict):
-        return f"a JSON {type(doc).__name__} where an object was expected"
-    version, epoch = doc.get("version"), doc.get("epoch", 0)
-    if type(version) is not int or version < 0:
-        return f"its version is {version!r}, not a count"
-    if type(epoch) is not int:
-        return f"its epoch is {epoch!r}, not a number"
-    if not isinstance(doc.get("data"), dict):
-        return "its data is missing or not an object"
-    return None
