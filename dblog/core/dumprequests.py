@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from dblog.core.dumps import Dump, KeyRange, TableProgress, new_dump_id, parsed_keys
+from dblog.core.dumps import Dump, KeyRange, TableProgress, keyed_info, new_dump_id, parsed_keys
 from dblog.core.model import Key, TableId, TableInfo
 from dblog.core.requestcheck import check_range
 from dblog.errors import ConfigError, DblogError, DumpRequestError
@@ -34,7 +34,7 @@ def validated_range_dump(
     its values parse as the key columns' types. DumpRequestError otherwise."""
     request = check_range(table, key_from, key_to)
     try:
-        info = table_info(request.table)
+        info = keyed_info(table_info, request.table)
         ends = [end for end in (request.key_from, request.key_to) if end is not None]
         parsed = iter(parsed_keys(chunks, info, ends, parse_keys) if ends else [])
         low = next(parsed) if request.key_from is not None else None

@@ -130,11 +130,11 @@ def validated_dump(
     try:
         if request.keys is not None:
             assert request.table is not None
-            info = table_info(request.table)
+            info = keyed_info(table_info, request.table)
             return keys_dump(info.table, parsed_keys(chunks, info, request.keys, parse_keys))
         if request.tables is not None:
             for name in request.tables:
-                table_info(name)
+                keyed_info(table_info, name)
             return tables_dump(request.tables)
         return tables_dump(_dumpable(chunks.list_tables(), table_info, on_skip))
     except DblogError:
@@ -158,12 +158,23 @@ def parsed_keys(
     return [chunks.parse_key(info, k) for k in keys]
 
 
+def keyed_info(table_info: Callable[[TableId], TableInfo], table: TableId) -> TableInfo:
+    """``table``'s metadata if it can be dumped: chunks are read in key order, so a table
+    without a key cannot (whatever its reader would do with an empty key)."""
+    info = table_info(table)
+    if not info.key_columns:
+        raise DumpRequestError(
+            f"table {table} has no key: it cannot be dumped",
+            fix="give it a primary key, or name unique non-null columns in source.key_columns")
+    return info
+
+
 def _dumpable(names: Sequence[TableId], table_info: Callable[[TableId], TableInfo],
               on_skip: Callable[[object, DblogError], None] | None) -> list[TableId]:
     dumpable = []
     for name in names:
         try:
-            table_info(name)
+            keyed_info(table_info, name)
         except DumpRequestError as exc:
             if on_skip is not None:
                 on_skip(name, exc)

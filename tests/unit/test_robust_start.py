@@ -55,3 +55,35 @@ def test_with_the_skip_option_each_unavailable_table_is_left_out_with_a_warning(
     assert_replay_equals_source(out.events, db)
     assert {e.table for e in out.events if e.dump_id} == {TableId("public", "a"),
                                                           TableId("public", "b")}
+
+
+def with_keyless(db: MemoryDatabase) -> MemoryDatabase:
+    table = db.create_table("public.k", ["v"], [])
+    db.transaction(("insert", table, {"v": i}) for i in range(3))
+    return db
+
+
+def test_a_keyless_table_in_initial_dumps_refuses_the_start_and_stores_nothing() -> None:
+    db, store = with_keyless(make_db()), MemoryStateStore()
+    settings = fast_settings(5, initial_dumps=(("public.a",), ("public.k", "public.b")))
+    with pytest.raises(ConfigError) as refused:
+        Run(db, [ListOutput()], store, settings=settings).go()
+    assert "initial_dumps[1]" in refused.value.message and "public.k" in refused.value.message
+    assert store.stored is None
+
+
+def test_with_the_skip_option_a_keyless_table_is_left_out_and_a_dump_of_all_skips_it(
+        caplog: pytest.LogCaptureFixture) -> None:
+    db, out = with_keyless(make_db()), ListOutput()
+    settings = fast_settings(5, initial_dumps=(("public.k", "public.a"), None),
+                             initial_dumps_skip_unavailable=True)
+    with caplog.at_level(logging.WARNING, logger="dblog.engine"):
+        run = Run(db, [out], MemoryStateStore(), settings=settings).go()
+    dumps = run.engine.status()["dumps"]
+    assert [sorted(tuple(t["table"]) for t in d["tables"]) for d in dumps] == [
+        [("public", "a")], [("public", "a"), ("public", "b")]]
+    assert all(d["state"] == "done" for d in dumps)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert sum("public.k" in w for w in warned) == 2, warned  # once per request
+    assert {e.table for e in out.events if e.dump_id} == {TableId("public", "a"),
+                                                          TableId("public", "b")}
