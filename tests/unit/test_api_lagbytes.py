@@ -19,13 +19,13 @@ from dblog.connectors.mysql.positions import BinlogPosition, MariadbGtid
 from dblog.connectors.postgres.positions import Lsn
 from dblog.core.acks import PipelineState
 from dblog.engine import Engine
-from dblog.testing import MemoryConnector, MemoryDatabase, MemoryStateStore
+from dblog.testing import ListOutput, MemoryConnector, MemoryDatabase, MemoryStateStore
 
 NOWHERE = "mysql://dblog:secret@127.0.0.1:1/"  # nothing listens on port 1
 
 
 def test_the_engine_status_carries_the_committed_location_when_the_position_knows_it() -> None:
-    engine = Engine(MemoryConnector(MemoryDatabase()), [], MemoryStateStore())
+    engine = Engine(MemoryConnector(MemoryDatabase()), [ListOutput()], MemoryStateStore())
     gtid = MariadbGtid.parse("0-1-42")
     expected: list[tuple[Any, tuple[str, int] | None]] = [
         (gtid.at("bin.000004", 8_192), ("bin.000004", 8_192)),
