@@ -355,7 +355,12 @@ class MysqlLogReader:
                     and self._stream._BinLogStreamReader__use_checksum)
 
     def _commit(self, out: list[LogItem], event: Any, packet: Any) -> None:
-        position = self._tx_position or self._file_position(packet)
+        position = self._tx_position
+        if position is None:
+            position = self._file_position(packet)
+        elif isinstance(position, (MariadbGtid, MysqlGtidSet)) and self._stream is not None:
+            # where the transaction ends, for the API's lag in bytes (dblog/api/lagbytes.py)
+            position = position.at(self._stream.log_file or "", int(packet.log_pos))
         self._hand(out, [ChangeEvent(Op.COMMIT, None, txid=self._txid, commit_ts=self._ts,
                                      position=position)])
         self._committed = position

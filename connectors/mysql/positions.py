@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from dblog.core.positions import Ordered, compare_maps, register_position
@@ -16,6 +16,8 @@ class MariadbGtid(Ordered):
     per domain, so positions are ordered domain by domain (crossing positions compare false)."""
 
     domains: tuple[tuple[int, int, int], ...] = ()
+    log_location: tuple[str, int] | None = field(default=None, compare=False, repr=False)
+    """Where this commit ends in the binlog it was read from (see :meth:`at`)."""
     kind: ClassVar[str] = "mariadb-gtid"
 
     @classmethod
@@ -30,6 +32,13 @@ class MariadbGtid(Ordered):
     def with_gtid(self, domain: int, server: int, seq: int) -> MariadbGtid:
         rest = [t for t in self.domains if t[0] != domain]
         return MariadbGtid(tuple(sorted([*rest, (domain, server, seq)])))
+
+    def at(self, file: str, offset: int) -> MariadbGtid:
+        """The same position, knowing that its transaction ends at ``offset`` of binlog
+        ``file`` (:class:`dblog.spi.LocatedPosition`). The location is no part of the
+        position's identity, order or stored form: only the reader that read the commit
+        knows it, and a position read back from the state store has none."""
+        return MariadbGtid(self.domains, (file, offset))
 
     def _cmp(self, other: object) -> int | None:
         if not isinstance(other, MariadbGtid):
@@ -50,6 +59,8 @@ class MysqlGtidSet(Ordered):
     false). Intervals are inclusive and kept merged."""
 
     sets: tuple[tuple[str, tuple[tuple[int, int], ...]], ...] = ()
+    log_location: tuple[str, int] | None = field(default=None, compare=False, repr=False)
+    """Where this commit ends in the binlog it was read from (as :meth:`MariadbGtid.at`)."""
     kind: ClassVar[str] = "mysql-gtid"
 
     @classmethod
@@ -68,6 +79,9 @@ class MysqlGtidSet(Ordered):
         sets = dict(self.sets)
         sets[sid] = _merge([*sets.get(sid, ()), (gno, gno)])
         return MysqlGtidSet(tuple(sorted(sets.items())))
+
+    def at(self, file: str, offset: int) -> MysqlGtidSet:
+        return MysqlGtidSet(self.sets, (file, offset))
 
     def _cmp(self, other: object) -> int | None:
         if not isinstance(other, MysqlGtidSet):
@@ -110,6 +124,11 @@ class BinlogPosition(Ordered):
     file: str
     pos: int
     kind: ClassVar[str] = "binlog"
+
+    @property
+    def log_location(self) -> tuple[str, int]:
+        """This position is its own location (:class:`dblog.spi.LocatedPosition`)."""
+        return (self.file, self.pos)
 
     @classmethod
     def parse(cls, text: str) -> BinlogPosition:

@@ -48,12 +48,8 @@ def _serving(config: PipelineConfig, control: Control) -> Any:
     from dblog.api.lagbytes import lag_bytes_probe
     from dblog.api.server import ApiServer
 
-    def committed() -> str | None:
-        position = control.status().get("committed_position")
-        return None if position is None else str(position)
-
     instance = instance_id(config)
-    probe = lag_bytes_probe(config.source, committed)
+    probe = lag_bytes_probe(config.source, control.status)
     server = ApiServer(control, config.api, directory=directory_for(config, instance),
                        instance=instance, lag_bytes=probe).start()
     try:

@@ -49,6 +49,7 @@ from dblog.runtime.clock import SingleNodeLeadership, SystemClock
 from dblog.spi import (
     Clock,
     LeaderElection,
+    LocatedPosition,
     LogReader,
     Output,
     SourceConnector,
@@ -307,6 +308,7 @@ class Engine:
         return {
             "running": self.running.is_set(),
             "committed_position": None if state.position is None else str(state.position),
+            "committed_location": _location(state.position),
             "committed_seq": state.seq,
             "emitted_seq": self.delivery.last_seq,
             "dumps": [dumpops.dump_to_json(d) for d in live.dumps if not d.internal],
@@ -360,6 +362,12 @@ class _Rejected(Exception):
     def __init__(self, error: DblogError) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+def _location(position: object) -> dict[str, Any] | None:
+    """Where the committed position lies in the source's log files, when it knows."""
+    location = position.log_location if isinstance(position, LocatedPosition) else None
+    return None if location is None else {"file": location[0], "offset": location[1]}
 
 
 def _close(closeable: Any) -> None:

@@ -4,7 +4,7 @@ The core (engine, window, dumps, acknowledgements) depends only on these protoco
 
 * :mod:`dblog.spi.source`: the source connector and its roles (log reader, chunk reader,
   watermark writer) and their optional abilities (:class:`WakeableLogReader`,
-  :class:`WindowChunkReader`);
+  :class:`WindowChunkReader`, :class:`LocatedPosition`);
 * :mod:`dblog.spi.sink`: outputs and their optional abilities (:class:`FencedOutput`,
   :class:`DiscardingOutput`, :class:`PreEncodingOutput`);
 * :mod:`dblog.spi.findings`: what ``dblog check`` reports (:class:`Finding`, :class:`Checkable`);
@@ -35,6 +35,7 @@ from dblog.spi.source import (
     Chunk,
     ChunkReader,
     KeyListParser,
+    LocatedPosition,
     LogReader,
     PendingWindow,
     SourceConnector,
@@ -60,6 +61,7 @@ __all__ = [
     "FreshStartAware",
     "KeyListParser",
     "LeaderElection",
+    "LocatedPosition",
     "LogReader",
     "Output",
     "PendingWindow",

@@ -53,6 +53,20 @@ class WakeableLogReader(Protocol):
     def wakeup(self) -> None: ...
 
 
+@runtime_checkable
+class LocatedPosition(Protocol):
+    """An optional ability of a position: where it lies in the source's log files, for the
+    lag in bytes (the server's log end minus this). A binlog file and offset is its own
+    location; a GTID position knows it only when the log reader that handed it out saw its
+    commit (``None`` for one read back from the state store). No part of the position's
+    identity, order or stored form."""
+
+    @property
+    def log_location(self) -> tuple[str, int] | None:
+        """The log file and the offset where the position's transaction ends, or None."""
+        ...
+
+
 class ChunkReader(Protocol):
     """Reads table metadata and primary-key chunks from the source (step 3 of the algorithm)."""
 

@@ -22,6 +22,7 @@ from dblog.connectors.postgres import PostgresConnector
 from dblog.core.model import ChangeEvent
 from dblog.engine import EngineSettings
 from dblog.outputs.jsonl import JsonlOutput
+from dblog.spi import EncodedBatch
 
 from .conftest import _drop_slot, _with_dbname
 from .pgutil import wait_until
@@ -101,6 +102,11 @@ class GatedOutput(JsonlOutput):
     def write(self, events: Sequence[ChangeEvent]) -> None:
         self.gate.wait(120)
         super().write(events)
+
+    def write_encoded(self, batch: EncodedBatch) -> None:
+        """What an output thread calls (the engine encodes: PreEncodingOutput)."""
+        self.gate.wait(120)
+        super().write_encoded(batch)
 
 
 @contextmanager

@@ -77,6 +77,8 @@ def _exercise(dep: Deployment) -> None:
     """Every control command against the running leader."""
     status = dep.ok("status")
     assert status["running"] is True and status["lag_s"] is not None
+    # the lag-bytes probe dblog run builds for its source (dblog/api/lagbytes.py)
+    wait_until(lambda: dep.ok("status")["lag_bytes"] is not None, 30, "lag in bytes")
     assert status["tables"]["public.t_int"] == "streaming"
     refused = dep.cli("dump", "-t", "public.nope")
     assert refused.returncode == 2 and "public.nope" in refused.stderr, refused
