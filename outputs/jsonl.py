@@ -107,7 +107,10 @@ def _write_all(handle: BinaryIO, data: bytes) -> None:
 
 
 class JsonlOutput:
-    """A :class:`dblog.spi.Output` writing one JSON document per line."""
+    """A :class:`dblog.spi.Output` writing one JSON document per line. It is a
+    :class:`dblog.spi.PreEncodingOutput`: with outputs on their own threads the engine calls
+    :meth:`encode` and the output's thread :meth:`write_encoded`, never :meth:`write`, so a
+    subclass that wraps the writing overrides :meth:`write_encoded`."""
 
     config_model = JsonlConfig
 
