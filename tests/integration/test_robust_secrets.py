@@ -143,3 +143,63 @@ def test_a_running_pipeline_stores_and_logs_no_password(
         finally:
             pipeline.stop()
     seen.extend(r.getMessage() + (r.exc_text or "") for r in caplog.records)
+
+
+def test_refused_requests_a_removed_output_and_damaged_state_show_no_password(
+        pg_dsn: str, tmp_path: Path, seen: list[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The other failing paths of issue 16 with the password in the DSN: refused dump
+    requests, the output file removed while running, a damaged state file (run and
+    status), key_columns that are not a key (check)."""
+    execute(pg_dsn, "CREATE TABLE t (id int PRIMARY KEY, v int)",
+            "INSERT INTO t SELECT g, g % 2 FROM generate_series(1, 50) g")
+    source = f"{{type: postgres, dsn: '{dsn_with_password(pg_dsn)}', slot: secrets2}}"
+    path = config_file(tmp_path, source)
+    with caplog.at_level(logging.DEBUG):
+        pipeline = Pipeline.from_config(load_config(path)).start()
+        try:
+            for call in (lambda: pipeline.dump(["public.nope"]),
+                         lambda: pipeline.dump_keys("public.t", [[2**70]]),
+                         lambda: pipeline.dump_keys("public.t", [[1, 2]])):
+                with pytest.raises(DblogError) as refused:
+                    call()
+                seen.extend([str(refused.value), repr(refused.value),
+                             "".join(traceback.format_exception(refused.value))])
+            wait_until(lambda: (tmp_path / "out.jsonl").exists(), 30, "the output file")
+            (tmp_path / "out.jsonl").unlink()
+            execute(pg_dsn, "INSERT INTO t VALUES (1000, 0)")
+            with pytest.raises(DblogError) as stopped:
+                pipeline.join(60)
+            assert "was removed" in stopped.value.message
+            seen.extend([str(stopped.value), "".join(traceback.format_exception(stopped.value))])
+        finally:
+            pipeline.request_stop()
+    seen.extend(r.getMessage() + (r.exc_text or "") for r in caplog.records)
+    (tmp_path / "state.json").write_text("{}")
+    for command in ("run", "status"):
+        output = cli(command, "--config", str(path), timeout=30)
+        assert "state" in output, output
+        seen.append(output)
+    not_a_key = config_file(tmp_path, source[:-1] + ", key_columns: {public.t: [v]}}")
+    output = cli("check", "--config", str(not_a_key))
+    assert "not a key" in output, output
+    seen.append(output)
+
+
+def test_a_mariadb_source_and_a_zookeeper_state_that_cannot_be_reached_show_no_password(
+        tmp_path: Path, seen: list[str]) -> None:
+    mysql = f"{{type: mariadb, dsn: 'mysql://u:{PASSWORD}@127.0.0.1:1/db', server_id: 77}}"
+    for command in ("check", "run"):
+        output = cli(command, "--config", str(config_file(tmp_path, mysql)), timeout=10)
+        assert "127.0.0.1" in output, output  # the failure was reached and reported
+        seen.append(output)
+    postgres = f"{{type: postgres, dsn: 'host=127.0.0.1 port=1 password={PASSWORD}'}}"
+    zookeeper = config_file(tmp_path, postgres).read_text().replace(
+        f"state: {{type: file, path: '{tmp_path / 'state.json'}'}}",
+        "state: {type: zookeeper, hosts: '127.0.0.1:1'}")
+    path = tmp_path / "zk.yaml"
+    path.write_text(zookeeper)
+    for command in ("run", "status"):
+        output = cli(command, "--config", str(path), timeout=10)
+        assert "127.0.0.1(127.0.0.1):1" in output or "zookeeper" in output.lower(), output
+        seen.append(output)
