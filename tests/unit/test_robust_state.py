@@ -128,3 +128,41 @@ def test_a_state_file_deleted_while_running_is_named_not_taken_for_another_write
     assert "was removed" in saving.value.message
     _assert_names_file_and_fix(saving.value, path)
     assert not path.exists()  # not recreated behind the user's back
+
+
+def test_a_state_file_that_cannot_be_read_gives_a_state_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real OS error on the read path (the state path is a folder: root reads any file, so
+    permissions cannot refuse a read here), then a refused read (patched)."""
+    folder = tmp_path / "state.json"
+    folder.mkdir()
+    with pytest.raises(StateError) as loading:
+        FileStateStore(folder).load()
+    _assert_names_file_and_fix(loading.value, folder)
+    assert "cannot read" in loading.value.message
+    path = tmp_path / "other.json"
+    FileStateStore(path).save({"seq": 1}, None, 0)
+
+    def refuse(self: Path) -> bytes:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    with pytest.raises(StateError) as refused:
+        FileStateStore(path).load()
+    _assert_names_file_and_fix(refused.value, path)
+    assert "Permission denied" in refused.value.message
+
+
+def test_dblog_status_reports_an_unreadable_state_without_a_traceback(
+        tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    path.mkdir()  # a real read error (root reads any file whatever its permissions)
+    config = tmp_path / "dblog.yaml"
+    config.write_text(f"source: {{type: postgres, dsn: 'host=127.0.0.1 port=9'}}\n"
+                      f"outputs: [{{type: jsonl, path: '{tmp_path / 'out.jsonl'}'}}]\n"
+                      f"state: {{type: file, path: '{path}'}}\napi: {{enabled: false}}\n")
+    done = subprocess.run([sys.executable, "-m", "dblog", "status", "--config", str(config)],
+                          capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert f"cannot read state file {path}" in done.stderr and "fix:" in done.stderr, done.stderr
+    assert done.returncode != 0
