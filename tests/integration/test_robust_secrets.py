@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -158,11 +158,13 @@ def test_refused_requests_a_removed_output_and_damaged_state_show_no_password(
     with caplog.at_level(logging.DEBUG):
         pipeline = Pipeline.from_config(load_config(path)).start()
         try:
-            for call in (lambda: pipeline.dump(["public.nope"]),
-                         lambda: pipeline.dump_keys("public.t", [[2**70]]),
-                         lambda: pipeline.dump_keys("public.t", [[1, 2]])):
+            requests: list[Callable[[], str]] = [
+                lambda: pipeline.dump(["public.nope"]),
+                lambda: pipeline.dump_keys("public.t", [[2**70]]),
+                lambda: pipeline.dump_keys("public.t", [[1, 2]])]
+            for request in requests:
                 with pytest.raises(DblogError) as refused:
-                    call()
+                    request()
                 seen.extend([str(refused.value), repr(refused.value),
                              "".join(traceback.format_exception(refused.value))])
             wait_until(lambda: (tmp_path / "out.jsonl").exists(), 30, "the output file")
