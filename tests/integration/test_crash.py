@@ -73,7 +73,7 @@ def test_sigkill_during_dump_loses_nothing_and_resumes(kit: Kit, tmp_path: Path)
     log = tmp_path / "dblog.log"
     rng = random.Random(7)
     kills_mid_dump = 0
-    with kit.writers(rows=6000, count=2, pause_s=0.005) as writers:
+    with kit.writers(rows=6000, count=2) as writers:
         for _ in range(6):
             proc = _start(config, log)
             time.sleep(rng.uniform(1.5, 4.0))
