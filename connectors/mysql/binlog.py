@@ -6,13 +6,13 @@ COMMIT (XID event, ``COMMIT`` query, or the end of a DDL statement) carries the 
 its transaction; resuming from it replays nothing before and skips nothing after.
 
 Reconnection: mysql-replication would reconnect by itself from a position it tracks per event
-(or, with GTIDs, from the position it was started at). The adapter's connection class turns a
-lost connection into :class:`StreamLost` instead, and the reader reconnects from the last
-commit it handed out, with backoff on the injected clock for up to ``reconnect_timeout_s`` (a
-server restart); if the connection dropped inside a transaction, the items of it already handed
-out are counted and skipped when the server sends that transaction again, so nothing is
-re-read. If the server stays away longer, the error is retryable and the pipeline restarts from
-its committed state (at-least-once replay from there).
+(or, with GTIDs, from the position it was started at). The adapter's connection class
+(fastpath.py) turns a lost connection into :class:`StreamLost` instead, and the reader
+reconnects from the last commit it handed out, with backoff on the injected clock for up to
+``reconnect_timeout_s`` (a server restart); if the connection dropped inside a transaction, the
+items of it already handed out are counted and skipped when the server sends that transaction
+again, so nothing is re-read. If the server stays away longer, the error is retryable and the
+pipeline restarts from its committed state (at-least-once replay from there).
 
 First start: with no committed position the reader starts at the server's current position,
 and records it (``StartRecord``) before it hands out anything; a restart before the first
@@ -30,7 +30,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
     GtidEvent,
@@ -51,45 +50,18 @@ from dblog.spi import Clock
 
 from .db import Endpoint
 from .decoder import BinlogDecoder, parse_ddl
-from .errors import StreamLost, classify
-from .fastpath import HELD, FastPath
+from .errors import classify
+from .fastpath import FastPath, GuardedConnection
 from .flavor import Flavor
 from .retry import with_backoff
 
 log = logging.getLogger("dblog.connectors.mysql")
 
 MAX_BATCH = 4096
-_LOST = frozenset({2006, 2013})
 _EVENTS = [MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, WriteRowsEvent, UpdateRowsEvent,
            DeleteRowsEvent, HeartbeatLogEvent, RotateEvent]
 _ROW_OPS = {WriteRowsEvent: Op.INSERT, UpdateRowsEvent: Op.UPDATE, DeleteRowsEvent: Op.DELETE}
 _SKIP_QUERIES = ("SAVEPOINT", "ROLLBACK TO", "XA ", "RELEASE SAVEPOINT")
-
-
-class GuardedConnection(pymysql.connections.Connection):  # type: ignore[misc]
-    """A PyMySQL connection whose lost-connection errors escape mysql-replication's own
-    reconnect loop (see the module docstring)."""
-
-    fast_path: FastPath | None = None  # set on a per-stream subclass (MysqlLogReader._open)
-
-    def _read_packet(self, packet_type: Any = pymysql.connections.MysqlPacket) -> Any:
-        packet = self._read_one(packet_type)
-        fast = self.fast_path
-        if fast is None or not fast.intercept(packet._data):
-            return packet
-        while fast.held < HELD:  # the rest of the transaction is already on its way
-            packet = self._read_one(packet_type)
-            if not fast.intercept(packet._data):
-                return packet
-        return packet_type(fast.stand_in(), self.encoding)
-
-    def _read_one(self, packet_type: Any) -> Any:
-        try:
-            return super()._read_packet(packet_type)
-        except pymysql.err.OperationalError as exc:
-            if exc.args and exc.args[0] in _LOST:
-                raise StreamLost(str(exc)) from exc
-            raise
 
 
 class StartRecord(Protocol):

@@ -21,7 +21,11 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+import pymysql
+
 from dblog.core.model import Op
+
+from .errors import StreamLost
 
 _HEADER = struct.Struct("<xIBIIIH")  # OK byte, then the 19-byte event header
 _TABLE_MAP, _ROTATE, _HEARTBEAT = 19, 4, 27
@@ -29,6 +33,44 @@ _ROWS = {23: Op.INSERT, 24: Op.UPDATE, 25: Op.DELETE, 30: Op.INSERT, 31: Op.UPDA
          32: Op.DELETE}
 RowsSink = Callable[[Op, Any, list[dict[str, Any]], int], None]
 HELD = 1024  # decoded rows that may wait before mysql-replication is handed a stand-in
+_LOST = frozenset({2006, 2013})
+
+
+_MAX_PACKET = 0xFFFFFF  # a payload this long continues in the next packet
+
+
+def read_payload(conn: Any) -> bytes:
+    """The next packet's payload off a PyMySQL connection, read as its ``_read_packet`` reads
+    it (sequence numbers, payloads split over several packets, the same errors) but without
+    building a packet object: the fast path consumes most packets of its read-on loop. Only
+    called after ``_read_packet`` has set the socket's read timeout."""
+    read: Callable[[int], bytes] = conn._rfile.read
+    parts: list[bytes] = []
+    while True:
+        try:
+            header = read(4)
+            if len(header) < 4:
+                raise OSError("the connection was closed")
+            if header[3] != conn._next_seq_id:
+                conn._force_close()
+                if header[3] == 0:  # MariaDB shutting down
+                    raise OSError("the server is shutting down")
+                raise pymysql.err.InternalError(
+                    f"Packet sequence number wrong - got {header[3]} expected "
+                    f"{conn._next_seq_id}")
+            conn._next_seq_id = (header[3] + 1) & 0xFF
+            size = header[0] | header[1] << 8 | header[2] << 16
+            data = read(size)
+            if len(data) < size:
+                raise OSError("the connection was closed")
+        except OSError as exc:
+            conn._force_close()
+            raise StreamLost(f"Lost connection to MySQL server during query ({exc})") from exc
+        if size < _MAX_PACKET and not parts:
+            return data
+        parts.append(data)
+        if size < _MAX_PACKET:
+            return b"".join(parts)
 
 
 def _length_coded(data: bytes, pos: int) -> tuple[int, int]:
@@ -116,3 +158,36 @@ class FastPath:
         checksum = self.checksum or 0
         return _HEADER.pack(timestamp, _HEARTBEAT, server_id, 19 + checksum, log_pos, 0) + bytes(
             checksum)
+
+
+class GuardedConnection(pymysql.connections.Connection):  # type: ignore[misc]
+    """A PyMySQL connection whose lost-connection errors escape mysql-replication's own
+    reconnect loop (binlog.py's module docstring), and which reads on through a transaction's
+    row events and table maps (this module's)."""
+
+    fast_path: FastPath | None = None  # set on a per-stream subclass (MysqlLogReader._open)
+
+    def _read_packet(self, packet_type: Any = pymysql.connections.MysqlPacket) -> Any:
+        packet = self._read_one(packet_type)
+        fast = self.fast_path
+        if fast is None or not fast.intercept(packet._data):
+            return packet
+        while fast.held < HELD:  # the rest of the transaction is already on its way
+            data = read_payload(self)
+            if not fast.intercept(data):
+                return self._read_one(packet_type, data)
+        return packet_type(fast.stand_in(), self.encoding)
+
+    def _read_one(self, packet_type: Any, data: bytes | None = None) -> Any:
+        """The next packet (or the one of ``data``, already read), as ``_read_packet``."""
+        try:
+            if data is None:
+                return super()._read_packet(packet_type)
+            packet = packet_type(data, self.encoding)
+            if packet.is_error_packet():
+                packet.raise_for_error()
+            return packet
+        except pymysql.err.OperationalError as exc:
+            if exc.args and exc.args[0] in _LOST:
+                raise StreamLost(str(exc)) from exc
+            raise
