@@ -238,6 +238,10 @@ class MysqlLogReader:
             sock.settimeout(timeout)
 
     def _hand(self, out: list[LogItem], produced: Sequence[LogItem]) -> None:
+        if self._skip == 0:  # the usual case: no reconnect inside this transaction
+            out += produced
+            self._handed += len(produced)
+            return
         for item in produced:
             if self._skip > 0:
                 self._skip -= 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from dblog.core.positions import Ordered, compare_maps, register_position
@@ -16,7 +16,13 @@ class MariadbGtid(Ordered):
     per domain, so positions are ordered domain by domain (crossing positions compare false)."""
 
     domains: tuple[tuple[int, int, int], ...] = ()
+    # the text form, made once: a transaction's events share one position, and the native
+    # format writes it on every event
+    _text: str = field(default="", init=False, repr=False, compare=False)
     kind: ClassVar[str] = "mariadb-gtid"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_text", ",".join(f"{d}-{s}-{q}" for d, s, q in self.domains))
 
     @classmethod
     def parse(cls, text: str) -> MariadbGtid:
@@ -38,7 +44,7 @@ class MariadbGtid(Ordered):
                              {d: q for d, _, q in other.domains})
 
     def __str__(self) -> str:
-        return ",".join(f"{d}-{s}-{q}" for d, s, q in self.domains)
+        return self._text
 
     def encode(self) -> str:
         return f"{self.kind}:{self}"
