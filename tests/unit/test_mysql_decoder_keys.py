@@ -28,9 +28,9 @@ def _generic(key_at: list[tuple[str, Any]]) -> Any:
     [("k", key_converter("utf8mb4_general_ci"))],
 ], ids=["one column", "two columns", "folded and plain", "folded"])
 def test_key_readers_give_the_generic_key(key_at: list[tuple[str, Any]]) -> None:
-    rows = [{"id": 7, "a": "x", "b": None, "k": "Straße ", "v": 1},
-            {"id": None, "a": 1, "b": 2.5, "k": None},
-            {"v": 1}]  # no key column: no key
+    rows: list[dict[str, Any]] = [{"id": 7, "a": "x", "b": None, "k": "Straße ", "v": 1},
+                                  {"id": None, "a": 1, "b": 2.5, "k": None},
+                                  {"v": 1}]  # no key column: no key
     read = _key_reader(key_at)
     for row in rows:
         assert read(row) == _generic(key_at)(row)
