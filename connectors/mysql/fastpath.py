@@ -132,21 +132,23 @@ class FastPath:
         return True
 
     def _rows(self, kind: int, plan: Any, data: bytes, end: int, log_pos: int) -> None:
+        if plan is None:
+            return  # a table that is not captured
         op = _ROWS[kind]
         pos = 28  # after the table id and the flags
         if kind >= 30:  # v2 events carry extra data
             pos += int.from_bytes(data[pos:pos + 2], "little")
         count, pos = _length_coded(data, pos)
-        bitmap = (count + 7) // 8
-        present = [data[pos:pos + bitmap]]
+        codec, bitmap = plan.codec, (count + 7) // 8
+        present = data[pos:pos + bitmap]
         pos += bitmap
+        if present != codec.full:  # raises: binlog_row_image is not FULL
+            codec.check_present([present], plan.table)
         if op is Op.UPDATE:
-            present.append(data[pos:pos + bitmap])
+            present = data[pos:pos + bitmap]
             pos += bitmap
-        if plan is None:
-            return  # a table that is not captured
-        codec = plan.codec
-        codec.check_present(present, plan.table)
+            if present != codec.full:
+                codec.check_present([present], plan.table)
         images = codec.decode(data, pos, end)
         self.held += len(images)
         self.sink(op, plan, images, log_pos)
