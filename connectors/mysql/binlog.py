@@ -134,7 +134,9 @@ class MysqlLogReader:
     def _open(self) -> None:
         assert self._committed is not None
         args = self.flavor.stream_arguments(self._committed)
-        self._fast = FastPath(self._fast_rows, self._checksum)  # table ids are per connection
+        self._fast = FastPath(  # table ids are per connection
+            self._fast_rows, self._checksum,
+            self._fast_gtid if isinstance(self._committed, MariadbGtid) else None)
         wrapper = type("FastGuardedConnection", (GuardedConnection,), {"fast_path": self._fast})
         try:
             self._stream = BinLogStreamReader(
@@ -259,13 +261,15 @@ class MysqlLogReader:
         elif kind is MariadbGtidEvent:
             assert isinstance(self._committed, MariadbGtid)
             self._begin(out, self._committed.with_gtid(
-                event.domain_id, event.server_id, event.gtid_seq_no), event.gtid_seq_no, event)
+                event.domain_id, event.server_id, event.gtid_seq_no), event.gtid_seq_no,
+                event.timestamp)
         elif kind is GtidEvent:
             sid, _, gno = event.gtid.partition(":")
             if isinstance(self._committed, MysqlGtidSet):
-                self._begin(out, self._committed.with_gtid(sid, int(gno)), int(gno), event)
+                self._begin(out, self._committed.with_gtid(sid, int(gno)), int(gno),
+                            event.timestamp)
             else:  # resuming by file and offset (GTIDs turned on since): positions stay files
-                self._begin(out, None, _file_txid(self._file_position(packet)), event)
+                self._begin(out, None, _file_txid(self._file_position(packet)), event.timestamp)
         elif kind is XidEvent:
             self._commit(out, event, packet)
         elif kind is QueryEvent:
@@ -276,8 +280,8 @@ class MysqlLogReader:
             self._stream.table_map.clear()
 
     def _begin(self, out: list[LogItem], position: Position | None, txid: int,
-               event: Any) -> None:
-        self._tx_position, self._txid, self._ts = position, txid, _ts(event.timestamp)
+               timestamp: int) -> None:
+        self._tx_position, self._txid, self._ts = position, txid, _ts(timestamp)
         if self._skip == 0:  # a new transaction; one left open (nothing of it captured) ends
             self._handed = 0
         self._hand(out, [ChangeEvent(Op.BEGIN, None, txid=txid, commit_ts=self._ts,
@@ -289,7 +293,7 @@ class MysqlLogReader:
         upper = query[:20].upper()
         if upper == "BEGIN":
             if self._txid is None:  # no GTIDs: the BEGIN query opens the transaction
-                self._begin(out, None, _file_txid(self._file_position(packet)), event)
+                self._begin(out, None, _file_txid(self._file_position(packet)), event.timestamp)
             return
         if upper == "COMMIT":
             self._commit(out, event, packet)
@@ -297,7 +301,7 @@ class MysqlLogReader:
         if upper.startswith(_SKIP_QUERIES):
             return
         if self._txid is None:
-            self._begin(out, None, _file_txid(self._file_position(packet)), event)
+            self._begin(out, None, _file_txid(self._file_position(packet)), event.timestamp)
         schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
         position = self._tx_position or self._file_position(packet)
         produced = self.decoder.ddl(query, schema or "", position, self._txid, self._ts)
@@ -324,6 +328,12 @@ class MysqlLogReader:
         position = self._tx_position or BinlogPosition(self._stream.log_file or "", log_pos)
         self._hand(self._pending, self.decoder.from_images(plan, op, images, position,
                                                            self._txid, self._ts))
+
+    def _fast_gtid(self, domain: int, server_id: int, seq: int, timestamp: int) -> None:
+        """A MariaDB GTID event the fast path consumed: the transaction begins."""
+        assert isinstance(self._committed, MariadbGtid)
+        self._begin(self._pending, self._committed.with_gtid(domain, server_id, seq), seq,
+                    timestamp)
 
     def _checksum(self) -> bool:
         """Whether this stream's events end in a CRC32 (what mysql-replication negotiated)."""

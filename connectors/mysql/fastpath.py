@@ -28,10 +28,12 @@ from dblog.core.model import Op
 from .errors import StreamLost
 
 _HEADER = struct.Struct("<xIBIIIH")  # OK byte, then the 19-byte event header
-_TABLE_MAP, _ROTATE, _HEARTBEAT = 19, 4, 27
+_TABLE_MAP, _ROTATE, _HEARTBEAT, _MARIADB_GTID = 19, 4, 27, 162
 _ROWS = {23: Op.INSERT, 24: Op.UPDATE, 25: Op.DELETE, 30: Op.INSERT, 31: Op.UPDATE,
          32: Op.DELETE}
 RowsSink = Callable[[Op, Any, list[dict[str, Any]], int], None]
+GtidSink = Callable[[int, int, int, int], None]  # domain, server id, sequence number, timestamp
+_OURS = frozenset({_TABLE_MAP, _ROTATE, _MARIADB_GTID})
 HELD = 1024  # decoded rows that may wait before mysql-replication is handed a stand-in
 _LOST = frozenset({2006, 2013})
 
@@ -85,8 +87,10 @@ class FastPath:
     """Per stream connection: which table ids decode here, and the decoding (see above).
     ``sink(op, plan, images, log_pos)`` receives each intercepted event's rows."""
 
-    def __init__(self, sink: RowsSink, checksum: Callable[[], bool]) -> None:
+    def __init__(self, sink: RowsSink, checksum: Callable[[], bool],
+                 gtid_sink: GtidSink | None = None) -> None:
         self.sink = sink
+        self.gtid_sink = gtid_sink  # MariaDB GTID events (a transaction's start) consumed too
         self._checksum_of = checksum  # known once the stream is connected
         self.checksum: int | None = None
         self.replaced = False  # the last packet returned was a stand-in heartbeat
@@ -109,13 +113,21 @@ class FastPath:
         if len(data) < 26 or data[0] != 0:
             return False
         timestamp, kind, server_id, size, log_pos, _ = _HEADER.unpack_from(data)
-        if size != len(data) - 1 or (kind not in _ROWS and kind not in (_TABLE_MAP, _ROTATE)):
+        if size != len(data) - 1 or (kind not in _ROWS and kind not in _OURS):
             return False  # not a binlog event (a reply on the stream connection), or not ours
         if self.checksum is None:
             self.checksum = 4 if self._checksum_of() else 0
         if kind == _ROTATE:
             self.forget()
             return False
+        if kind == _MARIADB_GTID:
+            if self.gtid_sink is None:
+                return False
+            # the body: sequence number (8 bytes), domain id (4), flags
+            self.gtid_sink(int.from_bytes(data[28:32], "little"), server_id,
+                           int.from_bytes(data[20:28], "little"), timestamp)
+            self._last = (timestamp, server_id, log_pos)
+            return True
         table_id = int.from_bytes(data[20:26], "little")
         end = len(data) - (self.checksum or 0)
         if kind == _TABLE_MAP:
