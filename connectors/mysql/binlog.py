@@ -134,9 +134,10 @@ class MysqlLogReader:
     def _open(self) -> None:
         assert self._committed is not None
         args = self.flavor.stream_arguments(self._committed)
+        gtids = isinstance(self._committed, MariadbGtid)
         self._fast = FastPath(  # table ids are per connection
-            self._fast_rows, self._checksum,
-            self._fast_gtid if isinstance(self._committed, MariadbGtid) else None)
+            self._fast_rows, self._checksum, self._fast_gtid if gtids else None,
+            self._fast_xid if gtids else None)
         wrapper = type("FastGuardedConnection", (GuardedConnection,), {"fast_path": self._fast})
         try:
             self._stream = BinLogStreamReader(
@@ -271,7 +272,7 @@ class MysqlLogReader:
             else:  # resuming by file and offset (GTIDs turned on since): positions stay files
                 self._begin(out, None, _file_txid(self._file_position(packet)), event.timestamp)
         elif kind is XidEvent:
-            self._commit(out, event, packet)
+            self._commit(out, self._tx_position or self._file_position(packet))
         elif kind is QueryEvent:
             self._on_query(event, out, packet)
         elif kind is RotateEvent and self._stream is not None:
@@ -296,7 +297,7 @@ class MysqlLogReader:
                 self._begin(out, None, _file_txid(self._file_position(packet)), event.timestamp)
             return
         if upper == "COMMIT":
-            self._commit(out, event, packet)
+            self._commit(out, self._tx_position or self._file_position(packet))
             return
         if upper.startswith(_SKIP_QUERIES):
             return
@@ -307,7 +308,7 @@ class MysqlLogReader:
         produced = self.decoder.ddl(query, schema or "", position, self._txid, self._ts)
         self._forget_table_maps(query, schema or "")
         self._hand(out, produced)
-        self._commit(out, event, packet)  # DDL commits implicitly
+        self._commit(out, position)  # DDL commits implicitly
 
     def _forget_table_maps(self, query: str, schema: str) -> None:
         """``freeze_schema`` makes mysql-replication parse a table map once per table id (the
@@ -335,13 +336,20 @@ class MysqlLogReader:
         self._begin(self._pending, self._committed.with_gtid(domain, server_id, seq), seq,
                     timestamp)
 
+    def _fast_xid(self, log_pos: int) -> None:
+        """An XID event the fast path consumed (then returned at once): the transaction
+        commits. Nothing is read between this and poll taking the pending items, so a
+        reconnect never drops a pending commit."""
+        assert self._stream is not None
+        self._commit(self._pending, self._tx_position or BinlogPosition(
+            self._stream.log_file or "", log_pos))
+
     def _checksum(self) -> bool:
         """Whether this stream's events end in a CRC32 (what mysql-replication negotiated)."""
         return bool(self._stream is not None
                     and self._stream._BinLogStreamReader__use_checksum)
 
-    def _commit(self, out: list[LogItem], event: Any, packet: Any) -> None:
-        position = self._tx_position or self._file_position(packet)
+    def _commit(self, out: list[LogItem], position: Position) -> None:
         self._hand(out, [ChangeEvent(Op.COMMIT, None, txid=self._txid, commit_ts=self._ts,
                                      position=position)])
         self._committed = position

@@ -10,9 +10,12 @@ its transaction, which is already in the binlog, so the connection reads on with
 to mysql-replication until ``HELD`` rows are waiting (memory stays bounded by that and one
 event); then mysql-replication gets a heartbeat standing in for the events consumed, so its
 position bookkeeping still moves. Repeated table maps of such tables are consumed the same way.
-Everything else (GTID, query, XID, rotate events, first table maps, first row events of a table
-id, tables with columns the connector does not decode) takes mysql-replication's path unchanged.
-A rotate or a DDL statement forgets every table id.
+With MariaDB GTID positions, a transaction's GTID event (its begin) and XID event (its commit)
+are consumed too, whatever its tables; after an XID the connection returns at once (the next
+transaction may not be written yet), so a commit never waits in the reader. Everything else
+(MySQL GTID, query, rotate events, first table maps, first row events of a table id, tables with
+columns the connector does not decode) takes mysql-replication's path unchanged. A rotate or a
+DDL statement forgets every table id.
 """
 
 from __future__ import annotations
@@ -28,12 +31,13 @@ from dblog.core.model import Op
 from .errors import StreamLost
 
 _HEADER = struct.Struct("<xIBIIIH")  # OK byte, then the 19-byte event header
-_TABLE_MAP, _ROTATE, _HEARTBEAT, _MARIADB_GTID = 19, 4, 27, 162
+_TABLE_MAP, _ROTATE, _HEARTBEAT, _MARIADB_GTID, _XID = 19, 4, 27, 162, 16
 _ROWS = {23: Op.INSERT, 24: Op.UPDATE, 25: Op.DELETE, 30: Op.INSERT, 31: Op.UPDATE,
          32: Op.DELETE}
 RowsSink = Callable[[Op, Any, list[dict[str, Any]], int], None]
 GtidSink = Callable[[int, int, int, int], None]  # domain, server id, sequence number, timestamp
-_OURS = frozenset({_TABLE_MAP, _ROTATE, _MARIADB_GTID})
+XidSink = Callable[[int], None]  # the log position after the committed transaction
+_OURS = frozenset({_TABLE_MAP, _ROTATE, _MARIADB_GTID, _XID})
 HELD = 1024  # decoded rows that may wait before mysql-replication is handed a stand-in
 _LOST = frozenset({2006, 2013})
 
@@ -88,9 +92,11 @@ class FastPath:
     ``sink(op, plan, images, log_pos)`` receives each intercepted event's rows."""
 
     def __init__(self, sink: RowsSink, checksum: Callable[[], bool],
-                 gtid_sink: GtidSink | None = None) -> None:
+                 gtid_sink: GtidSink | None = None, xid_sink: XidSink | None = None) -> None:
         self.sink = sink
-        self.gtid_sink = gtid_sink  # MariaDB GTID events (a transaction's start) consumed too
+        # with MariaDB GTIDs, a transaction's GTID and XID events are consumed too
+        self.gtid_sink, self.xid_sink = gtid_sink, xid_sink
+        self.ended = False  # the last event consumed was an XID: return before reading on
         self._checksum_of = checksum  # known once the stream is connected
         self.checksum: int | None = None
         self.replaced = False  # the last packet returned was a stand-in heartbeat
@@ -127,6 +133,12 @@ class FastPath:
             self.gtid_sink(int.from_bytes(data[28:32], "little"), server_id,
                            int.from_bytes(data[20:28], "little"), timestamp)
             self._last = (timestamp, server_id, log_pos)
+            return True
+        if kind == _XID:
+            if self.xid_sink is None:
+                return False
+            self.xid_sink(log_pos)
+            self._last, self.ended = (timestamp, server_id, log_pos), True
             return True
         table_id = int.from_bytes(data[20:26], "little")
         end = len(data) - (self.checksum or 0)
@@ -186,10 +198,12 @@ class GuardedConnection(pymysql.connections.Connection):  # type: ignore[misc]
         fast = self.fast_path
         if fast is None or not fast.intercept(packet._data):
             return packet
-        while fast.held < HELD:  # the rest of the transaction is already on its way
+        # the rest of a transaction is already on its way, the next one may not be
+        while fast.held < HELD and not fast.ended:
             data = read_payload(self)
             if not fast.intercept(data):
                 return self._read_one(packet_type, data)
+        fast.ended = False
         return packet_type(fast.stand_in(), self.encoding)
 
     def _read_one(self, packet_type: Any, data: bytes | None = None) -> Any:
