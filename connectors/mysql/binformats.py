@@ -25,7 +25,8 @@ Prefixed = Callable[[bytes], Any]
 _EPOCH_DAY = datetime.date(1970, 1, 1).toordinal()
 _DECIMAL_BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 _FRACTION_BYTES = (0, 1, 1, 2, 2, 3, 3)
-_CACHED = 4096  # formatted temporal values remembered per column
+_CACHED = 4096  # formatted temporal and DECIMAL values remembered per column
+_MISS = object()
 _WIDE = (("utf16le_", "utf-16-le"), ("utf16_", "utf-16-be"), ("utf32_", "utf-32-be"),
          ("ucs2_", "utf-16-be"))
 
@@ -47,8 +48,10 @@ def _day(days: int) -> str:
 
 
 def _clock(hour: int, minute: int, second: int, micros: int) -> str:
-    text = f"{hour:02d}:{minute:02d}:{second:02d}"
-    return f"{text}.{micros:06d}" if micros else text
+    # %-formatting: about twice as fast as f-strings with format specs, once per value
+    if micros:
+        return "%02d:%02d:%02d.%06d" % (hour, minute, second, micros)  # noqa: UP031
+    return "%02d:%02d:%02d" % (hour, minute, second)  # noqa: UP031
 
 
 def _fraction(fsp: int) -> tuple[int, int]:
@@ -64,25 +67,25 @@ def _cached(width: int, compute: Callable[[bytes], Any]) -> Fixed:
 
     def read(buf: bytes, pos: int) -> Any:
         raw = buf[pos:pos + width]
-        try:
-            return cache[raw]
-        except KeyError:
+        value = cache.get(raw, _MISS)  # not a KeyError: a miss is common (new values)
+        if value is _MISS:
             if len(cache) >= _CACHED:
                 cache.clear()
-            text = cache[raw] = compute(raw)
-            return text
+            value = cache[raw] = compute(raw)
+        return value
 
     return read
 
 
 def timestamp2(fsp: int) -> tuple[int, Fixed]:
     size, scale = _fraction(fsp)
+    shift, mask = 8 * size, (1 << 8 * size) - 1
 
     def compute(raw: bytes) -> str | None:
-        seconds = int.from_bytes(raw[:4], "big")
-        micros = int.from_bytes(raw[4:], "big") * scale if size else 0
-        if seconds == 0 and micros == 0:
+        packed = int.from_bytes(raw, "big")
+        if not packed:
             return None  # the zero TIMESTAMP
+        seconds, micros = packed >> shift, (packed & mask) * scale
         days, rest = divmod(seconds, 86400)
         return f"{_day(days)} {_clock(rest // 3600, rest // 60 % 60, rest % 60, micros)}"
 
@@ -142,7 +145,7 @@ def date3(buf: bytes, pos: int) -> str | None:
 def decimal(precision: int, scale: int) -> tuple[int, Fixed]:
     """MySQL's binary DECIMAL: groups of 9 digits in 4 big-endian bytes, the leftover digits in
     fewer, the sign in the first bit (negative values have every bit inverted). Read as one
-    big integer and split by shifts."""
+    big integer and split by shifts; recent values are remembered like temporal ones."""
     integral = precision - scale
     lead, full_int = _DECIMAL_BYTES[integral % 9], integral // 9
     full_frac, tail = scale // 9, scale % 9
@@ -160,8 +163,8 @@ def decimal(precision: int, scale: int) -> tuple[int, Fixed]:
             shift, scale_up = shift + 32, scale_up * 1_000_000_000
         return out
 
-    def read(buf: bytes, pos: int) -> str:
-        value = int.from_bytes(buf[pos:pos + size], "big") ^ flip
+    def compute(raw: bytes) -> str:
+        value = int.from_bytes(raw, "big") ^ flip
         negative = bool(value & flip)  # the stored sign bit was 0
         if negative:
             value ^= ones
@@ -170,10 +173,11 @@ def decimal(precision: int, scale: int) -> tuple[int, Fixed]:
         if not scale:
             return f"-{whole}" if negative and whole else str(whole)
         part = digits(value & ((1 << fraction_bits) - 1), full_frac, tail_bits, tail)
-        text = f"{whole}.{part:0{scale}d}"
+        text = "%d.%0*d" % (whole, scale, part)  # noqa: UP031 - faster than a nested f-string
         return "-" + text if negative and (whole or part) else text
 
-    return size, read
+    # an update's two images mostly carry the same amounts
+    return size, _cached(size, compute)
 
 
 def _bits(size: int) -> Fixed:

@@ -6,13 +6,13 @@ COMMIT (XID event, ``COMMIT`` query, or the end of a DDL statement) carries the 
 its transaction; resuming from it replays nothing before and skips nothing after.
 
 Reconnection: mysql-replication would reconnect by itself from a position it tracks per event
-(or, with GTIDs, from the position it was started at). The adapter's connection class turns a
-lost connection into :class:`StreamLost` instead, and the reader reconnects from the last
-commit it handed out, with backoff on the injected clock for up to ``reconnect_timeout_s`` (a
-server restart); if the connection dropped inside a transaction, the items of it already handed
-out are counted and skipped when the server sends that transaction again, so nothing is
-re-read. If the server stays away longer, the error is retryable and the pipeline restarts from
-its committed state (at-least-once replay from there).
+(or, with GTIDs, from the position it was started at). The adapter's connection class
+(fastpath.py) turns a lost connection into :class:`StreamLost` instead, and the reader
+reconnects from the last commit it handed out, with backoff on the injected clock for up to
+``reconnect_timeout_s`` (a server restart); if the connection dropped inside a transaction, the
+items of it already handed out are counted and skipped when the server sends that transaction
+again, so nothing is re-read. If the server stays away longer, the error is retryable and the
+pipeline restarts from its committed state (at-least-once replay from there).
 
 First start: with no committed position the reader starts at the server's current position,
 and records it (``StartRecord``) before it hands out anything; a restart before the first
@@ -30,7 +30,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
     GtidEvent,
@@ -51,45 +50,18 @@ from dblog.spi import Clock
 
 from .db import Endpoint
 from .decoder import BinlogDecoder, parse_ddl
-from .errors import StreamLost, classify
-from .fastpath import HELD, FastPath
+from .errors import classify
+from .fastpath import FastPath, GuardedConnection
 from .flavor import Flavor
 from .retry import with_backoff
 
 log = logging.getLogger("dblog.connectors.mysql")
 
 MAX_BATCH = 4096
-_LOST = frozenset({2006, 2013})
 _EVENTS = [MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, WriteRowsEvent, UpdateRowsEvent,
            DeleteRowsEvent, HeartbeatLogEvent, RotateEvent]
 _ROW_OPS = {WriteRowsEvent: Op.INSERT, UpdateRowsEvent: Op.UPDATE, DeleteRowsEvent: Op.DELETE}
 _SKIP_QUERIES = ("SAVEPOINT", "ROLLBACK TO", "XA ", "RELEASE SAVEPOINT")
-
-
-class GuardedConnection(pymysql.connections.Connection):  # type: ignore[misc]
-    """A PyMySQL connection whose lost-connection errors escape mysql-replication's own
-    reconnect loop (see the module docstring)."""
-
-    fast_path: FastPath | None = None  # set on a per-stream subclass (MysqlLogReader._open)
-
-    def _read_packet(self, packet_type: Any = pymysql.connections.MysqlPacket) -> Any:
-        packet = self._read_one(packet_type)
-        fast = self.fast_path
-        if fast is None or not fast.intercept(packet._data):
-            return packet
-        while fast.held < HELD:  # the rest of the transaction is already on its way
-            packet = self._read_one(packet_type)
-            if not fast.intercept(packet._data):
-                return packet
-        return packet_type(fast.stand_in(), self.encoding)
-
-    def _read_one(self, packet_type: Any) -> Any:
-        try:
-            return super()._read_packet(packet_type)
-        except pymysql.err.OperationalError as exc:
-            if exc.args and exc.args[0] in _LOST:
-                raise StreamLost(str(exc)) from exc
-            raise
 
 
 class StartRecord(Protocol):
@@ -162,7 +134,10 @@ class MysqlLogReader:
     def _open(self) -> None:
         assert self._committed is not None
         args = self.flavor.stream_arguments(self._committed)
-        self._fast = FastPath(self._fast_rows, self._checksum)  # table ids are per connection
+        gtids = isinstance(self._committed, MariadbGtid)
+        self._fast = FastPath(  # table ids are per connection
+            self._fast_rows, self._checksum, self._fast_gtid if gtids else None,
+            self._fast_xid if gtids else None)
         wrapper = type("FastGuardedConnection", (GuardedConnection,), {"fast_path": self._fast})
         try:
             self._stream = BinLogStreamReader(
@@ -266,6 +241,10 @@ class MysqlLogReader:
             sock.settimeout(timeout)
 
     def _hand(self, out: list[LogItem], produced: Sequence[LogItem]) -> None:
+        if self._skip == 0:  # the usual case: no reconnect inside this transaction
+            out += produced
+            self._handed += len(produced)
+            return
         for item in produced:
             if self._skip > 0:
                 self._skip -= 1
@@ -283,15 +262,18 @@ class MysqlLogReader:
         elif kind is MariadbGtidEvent:
             assert isinstance(self._committed, MariadbGtid)
             self._begin(out, self._committed.with_gtid(
-                event.domain_id, event.server_id, event.gtid_seq_no), event.gtid_seq_no, event)
+                event.domain_id, event.server_id, event.gtid_seq_no), event.gtid_seq_no,
+                event.timestamp)
         elif kind is GtidEvent:
             sid, _, gno = event.gtid.partition(":")
             if isinstance(self._committed, MysqlGtidSet):
-                self._begin(out, self._committed.with_gtid(sid, int(gno)), int(gno), event)
+                self._begin(out, self._committed.with_gtid(sid, int(gno)), int(gno),
+                            event.timestamp)
             else:  # resuming by file and offset (GTIDs turned on since): positions stay files
-                self._begin(out, None, _file_txid(self._file_position(packet)), event)
+                self._begin(out, None, _file_txid(self._file_position(packet)), event.timestamp)
         elif kind is XidEvent:
-            self._commit(out, event, packet)
+            self._commit(out, self._tx_position or self._file_position(packet),
+                         int(packet.log_pos))
         elif kind is QueryEvent:
             self._on_query(event, out, packet)
         elif kind is RotateEvent and self._stream is not None:
@@ -300,8 +282,8 @@ class MysqlLogReader:
             self._stream.table_map.clear()
 
     def _begin(self, out: list[LogItem], position: Position | None, txid: int,
-               event: Any) -> None:
-        self._tx_position, self._txid, self._ts = position, txid, _ts(event.timestamp)
+               timestamp: int) -> None:
+        self._tx_position, self._txid, self._ts = position, txid, _ts(timestamp)
         if self._skip == 0:  # a new transaction; one left open (nothing of it captured) ends
             self._handed = 0
         self._hand(out, [ChangeEvent(Op.BEGIN, None, txid=txid, commit_ts=self._ts,
@@ -313,21 +295,22 @@ class MysqlLogReader:
         upper = query[:20].upper()
         if upper == "BEGIN":
             if self._txid is None:  # no GTIDs: the BEGIN query opens the transaction
-                self._begin(out, None, _file_txid(self._file_position(packet)), event)
+                self._begin(out, None, _file_txid(self._file_position(packet)), event.timestamp)
             return
         if upper == "COMMIT":
-            self._commit(out, event, packet)
+            self._commit(out, self._tx_position or self._file_position(packet),
+                         int(packet.log_pos))
             return
         if upper.startswith(_SKIP_QUERIES):
             return
         if self._txid is None:
-            self._begin(out, None, _file_txid(self._file_position(packet)), event)
+            self._begin(out, None, _file_txid(self._file_position(packet)), event.timestamp)
         schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
         position = self._tx_position or self._file_position(packet)
         produced = self.decoder.ddl(query, schema or "", position, self._txid, self._ts)
         self._forget_table_maps(query, schema or "")
         self._hand(out, produced)
-        self._commit(out, event, packet)  # DDL commits implicitly
+        self._commit(out, position, int(packet.log_pos))  # DDL commits implicitly
 
     def _forget_table_maps(self, query: str, schema: str) -> None:
         """``freeze_schema`` makes mysql-replication parse a table map once per table id (the
@@ -349,18 +332,31 @@ class MysqlLogReader:
         self._hand(self._pending, self.decoder.from_images(plan, op, images, position,
                                                            self._txid, self._ts))
 
+    def _fast_gtid(self, domain: int, server_id: int, seq: int, timestamp: int) -> None:
+        """A MariaDB GTID event the fast path consumed: the transaction begins."""
+        assert isinstance(self._committed, MariadbGtid)
+        self._begin(self._pending, self._committed.with_gtid(domain, server_id, seq), seq,
+                    timestamp)
+
+    def _fast_xid(self, log_pos: int) -> None:
+        """An XID event the fast path consumed (then returned at once): the transaction
+        commits. Nothing is read between this and poll taking the pending items, so a
+        reconnect never drops a pending commit."""
+        assert self._stream is not None
+        self._commit(self._pending, self._tx_position or BinlogPosition(
+            self._stream.log_file or "", log_pos), log_pos)
+
     def _checksum(self) -> bool:
         """Whether this stream's events end in a CRC32 (what mysql-replication negotiated)."""
         return bool(self._stream is not None
                     and self._stream._BinLogStreamReader__use_checksum)
 
-    def _commit(self, out: list[LogItem], event: Any, packet: Any) -> None:
-        position = self._tx_position
-        if position is None:
-            position = self._file_position(packet)
-        elif isinstance(position, (MariadbGtid, MysqlGtidSet)) and self._stream is not None:
-            # where the transaction ends, for the API's lag in bytes (dblog/api/lagbytes.py)
-            position = position.at(self._stream.log_file or "", int(packet.log_pos))
+    def _commit(self, out: list[LogItem], position: Position, log_pos: int) -> None:
+        """The transaction commits at ``position``; its commit event ends at ``log_pos`` of the
+        current binlog (recorded on a GTID position for the API's lag in bytes,
+        dblog/api/lagbytes.py)."""
+        if isinstance(position, (MariadbGtid, MysqlGtidSet)) and self._stream is not None:
+            position = position.at(self._stream.log_file or "", log_pos)
         self._hand(out, [ChangeEvent(Op.COMMIT, None, txid=self._txid, commit_ts=self._ts,
                                      position=position)])
         self._committed = position

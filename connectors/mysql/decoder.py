@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import Any
 
 from pymysqlreplication.constants import NONE_SOURCE
@@ -102,6 +103,43 @@ def _fix_wide_charsets(columns: Sequence[Any]) -> None:
             column.character_set_name = codec
 
 
+def _key_reader(key_at: Sequence[tuple[str, Callable[[Any], Any] | None]]
+                ) -> Callable[[Row], Key | None]:
+    """The key of a row image (None when a key column is missing); called twice per update,
+    so a key without collation-folded columns is read without a per-column loop."""
+    if not key_at:
+        return lambda row: None
+    names = [k for k, _ in key_at]
+    if all(n is None for _, n in key_at):
+        if len(names) == 1:
+            name = names[0]
+
+            def single(row: Row) -> Key | None:
+                try:
+                    return (row[name],)
+                except KeyError:
+                    return None
+
+            return single
+        get = itemgetter(*names)  # several names: a tuple
+
+        def plain(row: Row) -> Key | None:
+            try:
+                return get(row)  # type: ignore[no-any-return]
+            except KeyError:
+                return None
+
+        return plain
+
+    def folded(row: Row) -> Key | None:
+        try:
+            return tuple(row[k] if n is None else n(row[k]) for k, n in key_at)
+        except KeyError:
+            return None
+
+    return folded
+
+
 class TablePlan:
     """How to turn one table's binlog rows into canonical rows and keys."""
 
@@ -121,15 +159,7 @@ class TablePlan:
         self.wide_charsets = any(_wide_codec(getattr(c, "collation_name", None))
                                  for c in columns)
         collations = {c.name: getattr(c, "collation_name", None) for c in columns}
-        key_at = [(k, key_converter(collations.get(k))) for k in keys]
-
-        def key_of(row: Row) -> Key | None:
-            try:
-                return tuple(row[k] if n is None else n(row[k]) for k, n in key_at)
-            except KeyError:
-                return None
-
-        self.key_of = key_of if keys else (lambda row: None)
+        self.key_of = _key_reader([(k, key_converter(collations.get(k))) for k in keys])
 
     def row(self, values: dict[str, Any], nones: dict[str, Any] | None = None) -> Row:
         row = values  # mysql-replication builds a fresh dict per row image: convert in place

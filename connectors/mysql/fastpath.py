@@ -10,9 +10,12 @@ its transaction, which is already in the binlog, so the connection reads on with
 to mysql-replication until ``HELD`` rows are waiting (memory stays bounded by that and one
 event); then mysql-replication gets a heartbeat standing in for the events consumed, so its
 position bookkeeping still moves. Repeated table maps of such tables are consumed the same way.
-Everything else (GTID, query, XID, rotate events, first table maps, first row events of a table
-id, tables with columns the connector does not decode) takes mysql-replication's path unchanged.
-A rotate or a DDL statement forgets every table id.
+With MariaDB GTID positions, a transaction's GTID event (its begin) and XID event (its commit)
+are consumed too, whatever its tables; after an XID the connection returns at once (the next
+transaction may not be written yet), so a commit never waits in the reader. Everything else
+(MySQL GTID, query, rotate events, first table maps, first row events of a table id, tables with
+columns the connector does not decode) takes mysql-replication's path unchanged. A rotate or a
+DDL statement forgets every table id.
 """
 
 from __future__ import annotations
@@ -21,14 +24,59 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+import pymysql
+
 from dblog.core.model import Op
 
+from .errors import StreamLost
+
 _HEADER = struct.Struct("<xIBIIIH")  # OK byte, then the 19-byte event header
-_TABLE_MAP, _ROTATE, _HEARTBEAT = 19, 4, 27
+_TABLE_MAP, _ROTATE, _HEARTBEAT, _MARIADB_GTID, _XID = 19, 4, 27, 162, 16
 _ROWS = {23: Op.INSERT, 24: Op.UPDATE, 25: Op.DELETE, 30: Op.INSERT, 31: Op.UPDATE,
          32: Op.DELETE}
 RowsSink = Callable[[Op, Any, list[dict[str, Any]], int], None]
+GtidSink = Callable[[int, int, int, int], None]  # domain, server id, sequence number, timestamp
+XidSink = Callable[[int], None]  # the log position after the committed transaction
+_OURS = frozenset({_TABLE_MAP, _ROTATE, _MARIADB_GTID, _XID})
 HELD = 1024  # decoded rows that may wait before mysql-replication is handed a stand-in
+_LOST = frozenset({2006, 2013})
+
+
+_MAX_PACKET = 0xFFFFFF  # a payload this long continues in the next packet
+
+
+def read_payload(conn: Any) -> bytes:
+    """The next packet's payload off a PyMySQL connection, read as its ``_read_packet`` reads
+    it (sequence numbers, payloads split over several packets, the same errors) but without
+    building a packet object: the fast path consumes most packets of its read-on loop. Only
+    called after ``_read_packet`` has set the socket's read timeout."""
+    read: Callable[[int], bytes] = conn._rfile.read
+    parts: list[bytes] = []
+    while True:
+        try:
+            header = read(4)
+            if len(header) < 4:
+                raise OSError("the connection was closed")
+            if header[3] != conn._next_seq_id:
+                conn._force_close()
+                if header[3] == 0:  # MariaDB shutting down
+                    raise OSError("the server is shutting down")
+                raise pymysql.err.InternalError(
+                    f"Packet sequence number wrong - got {header[3]} expected "
+                    f"{conn._next_seq_id}")
+            conn._next_seq_id = (header[3] + 1) & 0xFF
+            size = header[0] | header[1] << 8 | header[2] << 16
+            data = read(size)
+            if len(data) < size:
+                raise OSError("the connection was closed")
+        except OSError as exc:
+            conn._force_close()
+            raise StreamLost(f"Lost connection to MySQL server during query ({exc})") from exc
+        if size < _MAX_PACKET and not parts:
+            return data
+        parts.append(data)
+        if size < _MAX_PACKET:
+            return b"".join(parts)
 
 
 def _length_coded(data: bytes, pos: int) -> tuple[int, int]:
@@ -43,8 +91,12 @@ class FastPath:
     """Per stream connection: which table ids decode here, and the decoding (see above).
     ``sink(op, plan, images, log_pos)`` receives each intercepted event's rows."""
 
-    def __init__(self, sink: RowsSink, checksum: Callable[[], bool]) -> None:
+    def __init__(self, sink: RowsSink, checksum: Callable[[], bool],
+                 gtid_sink: GtidSink | None = None, xid_sink: XidSink | None = None) -> None:
         self.sink = sink
+        # with MariaDB GTIDs, a transaction's GTID and XID events are consumed too
+        self.gtid_sink, self.xid_sink = gtid_sink, xid_sink
+        self.ended = False  # the last event consumed was an XID: return before reading on
         self._checksum_of = checksum  # known once the stream is connected
         self.checksum: int | None = None
         self.replaced = False  # the last packet returned was a stand-in heartbeat
@@ -67,13 +119,27 @@ class FastPath:
         if len(data) < 26 or data[0] != 0:
             return False
         timestamp, kind, server_id, size, log_pos, _ = _HEADER.unpack_from(data)
-        if size != len(data) - 1 or (kind not in _ROWS and kind not in (_TABLE_MAP, _ROTATE)):
+        if size != len(data) - 1 or (kind not in _ROWS and kind not in _OURS):
             return False  # not a binlog event (a reply on the stream connection), or not ours
         if self.checksum is None:
             self.checksum = 4 if self._checksum_of() else 0
         if kind == _ROTATE:
             self.forget()
             return False
+        if kind == _MARIADB_GTID:
+            if self.gtid_sink is None:
+                return False
+            # the body: sequence number (8 bytes), domain id (4), flags
+            self.gtid_sink(int.from_bytes(data[28:32], "little"), server_id,
+                           int.from_bytes(data[20:28], "little"), timestamp)
+            self._last = (timestamp, server_id, log_pos)
+            return True
+        if kind == _XID:
+            if self.xid_sink is None:
+                return False
+            self.xid_sink(log_pos)
+            self._last, self.ended = (timestamp, server_id, log_pos), True
+            return True
         table_id = int.from_bytes(data[20:26], "little")
         end = len(data) - (self.checksum or 0)
         if kind == _TABLE_MAP:
@@ -90,21 +156,23 @@ class FastPath:
         return True
 
     def _rows(self, kind: int, plan: Any, data: bytes, end: int, log_pos: int) -> None:
+        if plan is None:
+            return  # a table that is not captured
         op = _ROWS[kind]
         pos = 28  # after the table id and the flags
         if kind >= 30:  # v2 events carry extra data
             pos += int.from_bytes(data[pos:pos + 2], "little")
         count, pos = _length_coded(data, pos)
-        bitmap = (count + 7) // 8
-        present = [data[pos:pos + bitmap]]
+        codec, bitmap = plan.codec, (count + 7) // 8
+        present = data[pos:pos + bitmap]
         pos += bitmap
+        if present != codec.full:  # raises: binlog_row_image is not FULL
+            codec.check_present([present], plan.table)
         if op is Op.UPDATE:
-            present.append(data[pos:pos + bitmap])
+            present = data[pos:pos + bitmap]
             pos += bitmap
-        if plan is None:
-            return  # a table that is not captured
-        codec = plan.codec
-        codec.check_present(present, plan.table)
+            if present != codec.full:
+                codec.check_present([present], plan.table)
         images = codec.decode(data, pos, end)
         self.held += len(images)
         self.sink(op, plan, images, log_pos)
@@ -116,3 +184,38 @@ class FastPath:
         checksum = self.checksum or 0
         return _HEADER.pack(timestamp, _HEARTBEAT, server_id, 19 + checksum, log_pos, 0) + bytes(
             checksum)
+
+
+class GuardedConnection(pymysql.connections.Connection):  # type: ignore[misc]
+    """A PyMySQL connection whose lost-connection errors escape mysql-replication's own
+    reconnect loop (binlog.py's module docstring), and which reads on through a transaction's
+    row events and table maps (this module's)."""
+
+    fast_path: FastPath | None = None  # set on a per-stream subclass (MysqlLogReader._open)
+
+    def _read_packet(self, packet_type: Any = pymysql.connections.MysqlPacket) -> Any:
+        packet = self._read_one(packet_type)
+        fast = self.fast_path
+        if fast is None or not fast.intercept(packet._data):
+            return packet
+        # the rest of a transaction is already on its way, the next one may not be
+        while fast.held < HELD and not fast.ended:
+            data = read_payload(self)
+            if not fast.intercept(data):
+                return self._read_one(packet_type, data)
+        fast.ended = False
+        return packet_type(fast.stand_in(), self.encoding)
+
+    def _read_one(self, packet_type: Any, data: bytes | None = None) -> Any:
+        """The next packet (or the one of ``data``, already read), as ``_read_packet``."""
+        try:
+            if data is None:
+                return super()._read_packet(packet_type)
+            packet = packet_type(data, self.encoding)
+            if packet.is_error_packet():
+                packet.raise_for_error()
+            return packet
+        except pymysql.err.OperationalError as exc:
+            if exc.args and exc.args[0] in _LOST:
+                raise StreamLost(str(exc)) from exc
+            raise

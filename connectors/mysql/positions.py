@@ -18,7 +18,13 @@ class MariadbGtid(Ordered):
     domains: tuple[tuple[int, int, int], ...] = ()
     log_location: tuple[str, int] | None = field(default=None, compare=False, repr=False)
     """Where this commit ends in the binlog it was read from (see :meth:`at`)."""
+    # the text form, made once: a transaction's events share one position, and the native
+    # format writes it on every event
+    _text: str = field(default="", init=False, repr=False, compare=False)
     kind: ClassVar[str] = "mariadb-gtid"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_text", ",".join(f"{d}-{s}-{q}" for d, s, q in self.domains))
 
     @classmethod
     def parse(cls, text: str) -> MariadbGtid:
@@ -47,7 +53,7 @@ class MariadbGtid(Ordered):
                              {d: q for d, _, q in other.domains})
 
     def __str__(self) -> str:
-        return ",".join(f"{d}-{s}-{q}" for d, s, q in self.domains)
+        return self._text
 
     def encode(self) -> str:
         return f"{self.kind}:{self}"

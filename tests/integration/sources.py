@@ -76,13 +76,9 @@ class Kit:
     def create_schema(self, rows: int) -> None:
         create_schema(self.dsn, rows, dialect=self.kind)
 
-    def writers(self, rows: int, count: int = 3, seed: int = 1, pause_s: float = 0.0) -> Writers:
-        """``pause_s`` (MariaDB only) spaces each writer's transactions: mysql-replication
-        decodes about 2,000 single-row events a second here, fewer than unthrottled writers
-        commit, and a log reader that falls ever further behind never sees a dump's
-        watermarks."""
-        return Writers(self.dsn, rows, count, seed, dialect=self.kind,
-                       pause_s=pause_s if self.kind == "mariadb" else 0.0)
+    def writers(self, rows: int, count: int = 3, seed: int = 1) -> Writers:
+        """``count`` unpaced writer threads: each commits as fast as the server takes it."""
+        return Writers(self.dsn, rows, count, seed, dialect=self.kind)
 
     def create_int_table(self, rows: int) -> None:
         """ver_seq and t_int (id, ver, v) with ``rows`` rows."""

@@ -56,6 +56,15 @@ def _start(config: Path, log: Path) -> subprocess.Popen[bytes]:
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
+def _lives(log: Path) -> int:
+    """How many capture processes got as far as serving their API (logged once per start)."""
+    return log.read_text().count("dblog.api: API at") if log.exists() else 0
+
+
+def _wait_for_life(log: Path, lives: int) -> None:
+    wait_until(lambda: _lives(log) >= lives, 120, f"capture process {lives} to start")
+
+
 def _dump_progress(state_path: Path) -> tuple[int, str] | None:
     stored = FileStateStore(state_path).load()
     if stored is None:
@@ -73,9 +82,12 @@ def test_sigkill_during_dump_loses_nothing_and_resumes(kit: Kit, tmp_path: Path)
     log = tmp_path / "dblog.log"
     rng = random.Random(7)
     kills_mid_dump = 0
-    with kit.writers(rows=6000, count=2, pause_s=0.005) as writers:
-        for _ in range(6):
+    with kit.writers(rows=6000, count=2) as writers:
+        for kills in range(6):
             proc = _start(config, log)
+            # the random moment counts from the capture's start-up (which takes seconds on a
+            # loaded machine): a process killed while importing tests nothing
+            _wait_for_life(log, kills + 1)
             time.sleep(rng.uniform(1.5, 4.0))
             progress = _dump_progress(state)
             proc.send_signal(signal.SIGKILL)

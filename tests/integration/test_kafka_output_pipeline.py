@@ -110,7 +110,7 @@ def test_concurrent_writers_rebuild_from_kafka(kit: Kit, kafka_bootstrap: str,
     pipeline = Pipeline(kit.connector("central", "i1"), [output],
                         state_path=str(tmp_path / "state.json"), settings=settings).start()
     try:
-        with kit.writers(rows=2000, count=3, pause_s=0.005) as writers:
+        with kit.writers(rows=2000, count=3) as writers:
             dump_id = pipeline.dump(kit.tables)
             wait_until(lambda: dump_state(pipeline, dump_id) == "done", 240, "the dump")
             wait_until(lambda: writers.committed > 100, 60, "100 writer transactions")
@@ -167,7 +167,7 @@ def test_sigkill_during_dump_with_kafka(kit: Kit, kafka_bootstrap: str, tmp_path
     log = tmp_path / "dblog.log"
     rng = random.Random(11)
     kills_mid_dump = 0
-    with kit.writers(rows=6000, count=2, pause_s=0.005) as writers:
+    with kit.writers(rows=6000, count=2) as writers:
         for _ in range(5):
             proc = _start(config, log)
             time.sleep(rng.uniform(4.0, 9.0))  # a start takes 2-4 s here
@@ -240,7 +240,7 @@ def test_a_broker_outage_pauses_capture_and_loses_nothing(
     pipeline = Pipeline(kit.connector("outage", "outage"), [KafkaOutput(config)],
                         state_path=str(tmp_path / "state.json"), settings=settings).start()
     try:
-        with kit.writers(rows=1000, count=2, pause_s=0.002) as writers:
+        with kit.writers(rows=1000, count=2) as writers:
             pipeline.dump(kit.tables)
             wait_until(lambda: pipeline.status()["committed_seq"] > 2000, 120, "progress")
             own_kafka.stop_node(0)

@@ -97,7 +97,6 @@ def _ci_writer(kit: Kit, stop: threading.Event, seed: int, errors: list[BaseExce
                     conn.rollback()
                     if exc.args[0] not in (1062, 1213, 1205):
                         raise
-                stop.wait(0.002)
     except BaseException as exc:
         errors.append(exc)
     finally:

@@ -91,7 +91,6 @@ class Writer(threading.Thread):
                 self.failed += 1
                 conn = None
                 time.sleep(0.1)
-            time.sleep(0.001)
 
 
 def _pipeline(kit: Kit, tmp: Path) -> Pipeline:

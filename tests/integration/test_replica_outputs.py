@@ -135,7 +135,7 @@ def test_sigkill_during_dump_and_stream_loses_nothing(kit: Kit, replica: Target,
     state, log = tmp_path / "state.json", tmp_path / "capture.log"
     rng = random.Random(11)
     kills_mid_dump = 0
-    with kit.writers(rows=3000, count=2, pause_s=0.005) as writers:
+    with kit.writers(rows=3000, count=2) as writers:
         for _ in range(5):
             proc = _child(kit, replica, state, log)
             # kill at a random moment once the capture runs (its start-up takes seconds on a

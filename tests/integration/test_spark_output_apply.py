@@ -83,7 +83,7 @@ def test_the_apply_job_restarted_from_its_checkpoint_rebuilds_the_source(
     job.open()
     job.start()
     rng = random.Random(5)
-    with kit.writers(rows=1500, count=2, pause_s=0.005) as writers:
+    with kit.writers(rows=1500, count=2) as writers:
         proc = _start(config, log)
         target = rng.randint(3, 20)  # of about 90 chunks: the kill lands mid-dump on any machine
         wait_until(lambda: (_dump_progress(state) or (0, ""))[0] >= target, 300,
