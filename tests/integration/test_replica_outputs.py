@@ -138,9 +138,11 @@ def test_sigkill_during_dump_and_stream_loses_nothing(kit: Kit, replica: Target,
     with kit.writers(rows=3000, count=2) as writers:
         for _ in range(5):
             proc = _child(kit, replica, state, log)
-            # kill at a random moment once the capture runs (its start-up takes seconds on a
-            # loaded machine): during the dump while it lasts, in the stream after it
-            wait_until(lambda: _progress(state) is not None, 120, "the capture to commit")
+            # kill at a random moment once the capture committed dump progress (its start-up
+            # takes seconds on a loaded machine, and unpaced writers' log events come first):
+            # during the dump while it lasts, in the stream after it
+            wait_until(lambda: (_progress(state) or (0, ""))[0] > 0, 120,
+                       "the capture to commit a chunk")
             time.sleep(rng.uniform(0.2, 2.5))
             progress = _progress(state)
             proc.send_signal(signal.SIGKILL)
