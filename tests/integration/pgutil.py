@@ -65,6 +65,16 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
         time.sleep(0.1)
 
 
+def wait_for_deletes(path: Path, tables: Iterable[str], timeout: float = 60) -> None:
+    """Until the JSON-lines file at ``path`` holds a delete of each of ``tables`` (names)."""
+    names = set(tables)
+
+    def all_deleted() -> bool:
+        return {e["table"] for e in read_events(path) if e["op"] == "delete"} == names
+
+    wait_until(all_deleted, timeout, "the log changes of every table")
+
+
 def check_commit_order(events: list[dict[str, Any]],
                        parse: Callable[[str], Any] = Lsn.parse) -> int:
     """I1: transactions arrive whole, in commit (LSN) order; returns how many were checked.

@@ -13,7 +13,7 @@ from dblog.app.pipeline import Pipeline
 from dblog.engine import EngineSettings
 from dblog.outputs.jsonl import JsonlOutput
 
-from .pgutil import dump_state, read_events, replayed, wait_until
+from .pgutil import dump_state, read_events, replayed, wait_for_deletes, wait_until
 from .sources import Kit
 
 pytestmark = pytest.mark.integration
@@ -57,12 +57,7 @@ def test_tables_and_columns_with_quotes_backslashes_spaces_and_unicode(
             kit.execute(f"INSERT INTO {quoted(name)} (id) VALUES (1000)")
             kit.execute(f"UPDATE {quoted(name)} SET {quoted(WEIRD[0])} = -1 WHERE id = 2")
             kit.execute(f"DELETE FROM {quoted(name)} WHERE id = 3")
-
-        def all_changes() -> bool:
-            events = read_events(tmp_path / "out.jsonl")
-            return {e["table"] for e in events if e["op"] == "delete"} == set(names)
-
-        wait_until(all_changes, 60, "the log changes of every table")
+        wait_for_deletes(tmp_path / "out.jsonl", names)
     finally:
         pipeline.stop()
     events = read_events(tmp_path / "out.jsonl")

@@ -16,7 +16,7 @@ from dblog.errors import DumpRequestError
 from dblog.outputs.jsonl import JsonlOutput
 from dblog.state import FileStateStore, state_from_json
 
-from .pgutil import dump_state, read_events, replayed, source_rows, wait_until
+from .pgutil import dump_state, read_events, replayed, source_rows, wait_for_deletes, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -119,12 +119,7 @@ def test_tables_and_columns_with_quotes_backslashes_spaces_and_unicode(
             execute(pg_dsn, f"INSERT INTO {quoted} (id) VALUES (1000)",
                     f"UPDATE {quoted} SET \"a\"\"b\" = -1 WHERE id = 2",
                     f"DELETE FROM {quoted} WHERE id = 3")
-
-        def all_changes() -> bool:
-            events = read_events(tmp_path / "out.jsonl")
-            return {e["table"] for e in events if e["op"] == "delete"} == set(names)
-
-        wait_until(all_changes, 60, "the log changes of every table")
+        wait_for_deletes(tmp_path / "out.jsonl", names)
     finally:
         pipeline.stop()
     events = read_events(tmp_path / "out.jsonl")

@@ -89,15 +89,21 @@ def test_dblog_status_reports_a_damaged_state_file_without_a_traceback(
         tmp_path: Path, name: str) -> None:
     path = tmp_path / "state.json"
     path.write_bytes(DAMAGED[name])
+    assert str(path) in dblog_status_error(tmp_path, path)
+
+
+def dblog_status_error(tmp_path: Path, state: Path) -> str:
+    """What ``dblog status`` printed on stderr for the file state ``state``, checked to be a
+    failure with a fix line and without a traceback."""
     config = tmp_path / "dblog.yaml"
     config.write_text(f"source: {{type: postgres, dsn: 'host=127.0.0.1 port=9'}}\n"
                       f"outputs: [{{type: jsonl, path: '{tmp_path / 'out.jsonl'}'}}]\n"
-                      f"state: {{type: file, path: '{path}'}}\napi: {{enabled: false}}\n")
+                      f"state: {{type: file, path: '{state}'}}\napi: {{enabled: false}}\n")
     done = subprocess.run([sys.executable, "-m", "dblog", "status", "--config", str(config)],
                           capture_output=True, text=True, timeout=120)
     assert "Traceback" not in done.stderr, done.stderr
-    assert str(path) in done.stderr and "fix:" in done.stderr, done.stderr
-    assert done.returncode != 0
+    assert "fix:" in done.stderr and done.returncode != 0, done.stderr
+    return done.stderr
 
 
 def test_a_state_file_that_cannot_be_written_gives_a_state_error(
@@ -157,12 +163,4 @@ def test_dblog_status_reports_an_unreadable_state_without_a_traceback(
         tmp_path: Path) -> None:
     path = tmp_path / "state.json"
     path.mkdir()  # a real read error (root reads any file whatever its permissions)
-    config = tmp_path / "dblog.yaml"
-    config.write_text(f"source: {{type: postgres, dsn: 'host=127.0.0.1 port=9'}}\n"
-                      f"outputs: [{{type: jsonl, path: '{tmp_path / 'out.jsonl'}'}}]\n"
-                      f"state: {{type: file, path: '{path}'}}\napi: {{enabled: false}}\n")
-    done = subprocess.run([sys.executable, "-m", "dblog", "status", "--config", str(config)],
-                          capture_output=True, text=True, timeout=120)
-    assert "Traceback" not in done.stderr, done.stderr
-    assert f"cannot read state file {path}" in done.stderr and "fix:" in done.stderr, done.stderr
-    assert done.returncode != 0
+    assert f"cannot read state file {path}" in dblog_status_error(tmp_path, path)
