@@ -14,6 +14,7 @@ from dblog.app.pipeline import Pipeline
 from dblog.connectors.postgres.chunks import PostgresChunkReader
 from dblog.connectors.postgres.positions import Lsn
 from dblog.core.model import EncodedRow, TableId
+from dblog.state import FileStateStore, state_from_json
 from dblog.testing import replay
 
 
@@ -73,6 +74,18 @@ def wait_for_deletes(path: Path, tables: Iterable[str], timeout: float = 60) -> 
         return {e["table"] for e in read_events(path) if e["op"] == "delete"} == names
 
     wait_until(all_deleted, timeout, "the log changes of every table")
+
+
+def stored_dump_ids(state: Path) -> list[str]:
+    """The ids of the dumps the file state at ``state`` holds."""
+    stored = FileStateStore(state).load()
+    assert stored is not None
+    return [d.id for d in state_from_json(stored.data).dumps.dumps]
+
+
+def read_keys(path: Path) -> list[tuple[str, tuple[Any, ...]]]:
+    """(table, key) of every dump row in the JSON-lines file at ``path``, sorted."""
+    return sorted((e["table"], tuple(e["key"])) for e in read_events(path) if e["op"] == "read")
 
 
 def check_commit_order(events: list[dict[str, Any]],
