@@ -9,6 +9,7 @@ dump path.
 
 from __future__ import annotations
 
+import codecs
 import datetime
 import functools
 from collections.abc import Callable
@@ -60,21 +61,33 @@ def _fraction(fsp: int) -> tuple[int, int]:
     return size, 10 ** (6 - 2 * size) if size else 0
 
 
-def _cached(width: int, compute: Callable[[bytes], Any]) -> Fixed:
+class Cached:
     """A reader that remembers recent raw values: an update's two images, and rows written
-    together, mostly carry the same temporal values, and formatting costs more than a lookup."""
-    cache: dict[bytes, Any] = {}
+    together, mostly carry the same temporal values, and formatting costs more than a lookup.
+    ``read(buf, pos)`` is the reader (a closure: a call costs less than ``__call__``);
+    ``compute`` (raw bytes to value) is what the compiled decoder calls, or, when ``native``
+    names the type and its two parameters, formats itself."""
 
-    def read(buf: bytes, pos: int) -> Any:
-        raw = buf[pos:pos + width]
-        value = cache.get(raw, _MISS)  # not a KeyError: a miss is common (new values)
-        if value is _MISS:
-            if len(cache) >= _CACHED:
-                cache.clear()
-            value = cache[raw] = compute(raw)
-        return value
+    __slots__ = ("compute", "native", "read", "width")
 
-    return read
+    def __init__(self, width: int, compute: Callable[[bytes], Any],
+                 native: tuple[str, int, int] | None = None) -> None:
+        self.width, self.compute, self.native = width, compute, native
+        cache: dict[bytes, Any] = {}
+
+        def read(buf: bytes, pos: int) -> Any:
+            raw = buf[pos:pos + width]
+            value = cache.get(raw, _MISS)  # not a KeyError: a miss is common (new values)
+            if value is _MISS:
+                if len(cache) >= _CACHED:
+                    cache.clear()
+                value = cache[raw] = compute(raw)
+            return value
+
+        self.read: Fixed = read
+
+    def __call__(self, buf: bytes, pos: int) -> Any:
+        return self.read(buf, pos)
 
 
 def timestamp2(fsp: int) -> tuple[int, Fixed]:
@@ -89,7 +102,7 @@ def timestamp2(fsp: int) -> tuple[int, Fixed]:
         days, rest = divmod(seconds, 86400)
         return f"{_day(days)} {_clock(rest // 3600, rest // 60 % 60, rest % 60, micros)}"
 
-    return 4 + size, _cached(4 + size, compute)
+    return 4 + size, Cached(4 + size, compute, ("timestamp", fsp, 0))
 
 
 def _date_text(year: int, month: int, day: int) -> str | None:
@@ -111,7 +124,7 @@ def datetime2(fsp: int) -> tuple[int, Fixed]:
             return None
         return f"{date} {_clock(hms >> 12, hms >> 6 & 63, hms & 63, micros)}"
 
-    return 5 + size, _cached(5 + size, compute)
+    return 5 + size, Cached(5 + size, compute, ("datetime", fsp, 0))
 
 
 def time2(fsp: int) -> tuple[int, Fixed]:
@@ -177,7 +190,7 @@ def decimal(precision: int, scale: int) -> tuple[int, Fixed]:
         return "-" + text if negative and (whole or part) else text
 
     # an update's two images mostly carry the same amounts
-    return size, _cached(size, compute)
+    return size, Cached(size, compute, ("decimal", precision, scale))
 
 
 def _bits(size: int) -> Fixed:
@@ -237,7 +250,20 @@ def _codec(column: Any) -> str:
     return str(charset.encoding) if charset else str(name)
 
 
+def _utf8(raw: bytes) -> str:
+    return raw.decode("utf-8")
+
+
+UTF8: Prefixed = _utf8  # the compiled decoder decodes these columns itself
+
+
 def _text(codec: str) -> Prefixed:
+    try:
+        if codecs.lookup(codec).name == "utf-8":
+            return UTF8
+    except LookupError:
+        pass  # fails as before, when a value is decoded
+
     def read(raw: bytes) -> str:
         return raw.decode(codec)
 

@@ -10,6 +10,12 @@ conversion inline; it is compiled once and cached. The generated code only names
 precomputed constants (structs, converters) and the column names as string literals
 (``repr``), never text from the server.
 
+When the C extension ``_rowimage`` is built (setup.py; it needs a C compiler at install), the
+same layout is handed to it as one spec per column and it decodes the images instead: integers,
+floats and UTF-8 text in C, the other columns through the same converters (temporal and
+DECIMAL values remembered per raw value, as ``binformats.Cached`` does). The generated
+decoders stay the fallback; a property test holds the two to equal output.
+
 The values equal the chunk SELECT's canonical values (types.py, nativetypes.py); the binary
 formats of the fixed and temporal columns are in ``binformats.py``. Columns this decoder does
 not take (MySQL 8's binary JSON) make :func:`codec_for` return None and the table keeps
@@ -30,6 +36,12 @@ from dblog.errors import FatalSourceError
 from . import binformats as bf
 from .flavor import Flavor
 
+try:
+    from . import _rowimage
+except ImportError:  # not built (no C compiler at install): the generated decoders only
+    _rowimage = None  # type: ignore[assignment]
+COMPILED = _rowimage is not None
+
 Image = dict[str, Any]
 Decode = Callable[[bytes, int], tuple[Image, int]]
 _STRUCT_CODES = {(1, False): "b", (1, True): "B", (2, False): "h", (2, True): "H",
@@ -39,21 +51,34 @@ _INT_WIDTH = {1: 1, 2: 2, 9: 3, 3: 4, 8: 8}
 _PATTERNS_KEPT = 256
 
 
+# the compiled decoder's column kinds (_rowimage.c)
+K_INT, K_DOUBLE, K_FLOAT, K_FIXED, K_CACHED, K_UTF8, K_PREFIXED, K_TIMESTAMP, K_DATETIME, \
+    K_DECIMAL = range(1, 11)
+_NATIVE_KINDS = {"timestamp": K_TIMESTAMP, "datetime": K_DATETIME, "decimal": K_DECIMAL}
+# kind, width, two parameters (signed; fractional digits; precision and scale), converter
+Spec = tuple[int, int, int, int, Callable[..., Any] | None]
+
+
 class Column:
     """How one column's value is laid out and converted; ``code`` returns the lines that
-    read it into ``v{i}`` (``pos`` advanced), with ``env`` the constants they name."""
+    read it into ``v{i}`` (``pos`` advanced), with ``env`` the constants they name; ``spec``
+    describes the same to the compiled decoder."""
 
-    __slots__ = ("code", "fixed", "name")
+    __slots__ = ("code", "fixed", "name", "spec")
 
     def __init__(self, name: str, fixed: str | None,
-                 code: Callable[[int, dict[str, Any]], list[str]]) -> None:
+                 code: Callable[[int, dict[str, Any]], list[str]], spec: Spec) -> None:
         self.name = name
         self.fixed = fixed  # a struct code when the value is one fixed-width number
         self.code = code
+        self.spec = spec
 
 
 def _convert_fixed(size: int, convert: Callable[[bytes, int], Any]) -> Callable[
         [int, dict[str, Any]], list[str]]:
+    if isinstance(convert, bf.Cached):
+        convert = convert.read
+
     def code(i: int, env: dict[str, Any]) -> list[str]:
         env[f"c{i}"] = convert
         return [f"v{i} = c{i}(buf, pos)", f"pos += {size}"]
@@ -77,25 +102,39 @@ def _length_prefixed(width: int, convert: Callable[[bytes], Any]) -> Callable[
     return code
 
 
+def _fixed_spec(size: int, read: bf.Fixed) -> Spec:
+    if isinstance(read, bf.Cached):
+        if read.native is not None:
+            name, a, b = read.native
+            return _NATIVE_KINDS[name], size, a, b, read.compute
+        return K_CACHED, size, 0, 0, read.compute
+    return K_FIXED, size, 0, 0, read
+
+
 def _column(column: Any, flavor: Flavor, declared: str | None) -> Column | None:
     """The layout of one binlog column, or None when this decoder does not take it."""
     kind, name = column.type, column.name
     if kind in _INT_WIDTH:
         width, unsigned = _INT_WIDTH[kind], bool(column.unsigned)
+        spec: Spec = (K_INT, width, int(not unsigned), 0, None)
         if width == 3:
-            return Column(name, None, _convert_fixed(3, bf.int24(unsigned)))
-        return Column(name, _STRUCT_CODES[width, unsigned], lambda i, env: [])
+            return Column(name, None, _convert_fixed(3, bf.int24(unsigned)), spec)
+        return Column(name, _STRUCT_CODES[width, unsigned], lambda i, env: [], spec)
     fixed = bf.fixed_converter(column, declared)
     if fixed is not None:
-        return Column(name, None, _convert_fixed(*fixed))
+        return Column(name, None, _convert_fixed(*fixed), _fixed_spec(*fixed))
     if kind == 4:
-        return Column(name, "f", lambda i, env: [f"v{i} = f32(v{i})"])
+        return Column(name, "f", lambda i, env: [f"v{i} = f32(v{i})"],
+                      (K_FLOAT, 4, 0, 0, bf.float32))
     if kind == 5:
-        return Column(name, "d", lambda i, env: [])
+        return Column(name, "d", lambda i, env: [], (K_DOUBLE, 8, 0, 0, None))
     prefixed = bf.prefixed_converter(column, flavor, declared)
     if prefixed is None:
         return None
-    return Column(name, None, _length_prefixed(*prefixed))
+    width, convert = prefixed
+    spec = (K_UTF8, width, 0, 0, None) if convert is bf.UTF8 else (
+        K_PREFIXED, width, 0, 0, convert)
+    return Column(name, None, _length_prefixed(*prefixed), spec)
 
 
 def _source(columns: Sequence[Column], nulls: Sequence[bool], env: dict[str, Any]) -> str:
@@ -130,10 +169,14 @@ def _source(columns: Sequence[Column], nulls: Sequence[bool], env: dict[str, Any
 
 
 class RowCodec:
-    """Decodes the row images of one table version (see the module docstring)."""
+    """Decodes the row images of one table version (see the module docstring): with the
+    compiled decoder when it is built and ``compiled`` is true, else with generated Python."""
 
-    def __init__(self, columns: Sequence[Column]) -> None:
+    def __init__(self, columns: Sequence[Column], compiled: bool = True) -> None:
         self.columns = list(columns)
+        self.decode: Callable[[bytes, int, int], list[Image]] = self._decode_python
+        if compiled and _rowimage is not None:
+            self.decode = _rowimage.Layout(tuple((c.name, *c.spec) for c in columns)).decode
         self.count = len(columns)
         self.bitmap_size = (self.count + 7) // 8
         self.full = bytes([0xFF] * (self.count // 8)) + (
@@ -171,7 +214,7 @@ class RowCodec:
         data = packet.read(event.event_size - packet.read_bytes)
         return self.decode(data, 0, len(data))
 
-    def decode(self, data: bytes, pos: int, end: int) -> list[Image]:
+    def _decode_python(self, data: bytes, pos: int, end: int) -> list[Image]:
         """The row images in ``data[pos:end]``."""
         size, by_nulls = self.bitmap_size, self._by_nulls
         out: list[Image] = []
@@ -183,8 +226,8 @@ class RowCodec:
         return out
 
 
-def codec_for(columns: Sequence[Any], flavor: Flavor,
-              declared: dict[str, str]) -> RowCodec | None:
+def codec_for(columns: Sequence[Any], flavor: Flavor, declared: dict[str, str],
+              compiled: bool = True) -> RowCodec | None:
     """The decoder for a table map's columns, or None to keep mysql-replication's parsing."""
     layout = []
     for column in columns:
@@ -192,4 +235,4 @@ def codec_for(columns: Sequence[Any], flavor: Flavor,
         if one is None:
             return None
         layout.append(one)
-    return RowCodec(layout)
+    return RowCodec(layout, compiled)
