@@ -49,9 +49,9 @@ def native_document(event: ChangeEvent, decoded: bool = False) -> dict[str, Any]
 
 class NativeFormat:
     """Encodes native documents. Two shapes that make up most of a stream take shortcuts that
-    give the same document: a log row event (key, a plain after-image, position, transaction
-    id and time) is formatted directly, and consecutive dump rows are encoded in one msgspec
-    call with a pre-encoded row embedded as is."""
+    give the same document: a log row event (key, a plain after-image and maybe a plain
+    before-image, position, transaction id and time) is formatted directly, and consecutive
+    dump rows are encoded in one msgspec call with a pre-encoded row embedded as is."""
 
     name = "native"
 
@@ -74,8 +74,10 @@ class NativeFormat:
     def line(self, event: ChangeEvent) -> bytes:
         """``orjson.dumps(native_document(event))`` plus a newline, byte for byte."""
         after, position, ts, table = event.after, event.position, event.commit_ts, event.table
+        before = event.before
         if (type(after) is not dict or table is None or ts is None or event.txid is None
-                or event.key is None or position is None or event.before is not None
+                or event.key is None or position is None
+                or (before is not None and type(before) is not dict)
                 or event.old_key is not None or event.unchanged or event.dump_id is not None):
             return orjson.dumps(native_document(event), option=orjson.OPT_APPEND_NEWLINE)
         cached = self._ts
@@ -83,6 +85,10 @@ class NativeFormat:
             cached = self._ts = (ts, orjson.dumps(ts))
         head = self._heads.get((event.op, table)) or self._head(event.op, table)
         dumps = orjson.dumps
+        if before is not None:  # an update with its before-image
+            return b'{"seq":%d,%b,"key":%b,"before":%b,"after":%b,"pos":%b,"txid":%d,"ts":%b}\n' % (
+                event.seq, head, dumps(event.key), dumps(before), dumps(after),
+                dumps(str(position)), event.txid, cached[1])
         return b'{"seq":%d,%b,"key":%b,"after":%b,"pos":%b,"txid":%d,"ts":%b}\n' % (
             event.seq, head, dumps(event.key), dumps(after), dumps(str(position)), event.txid,
             cached[1])

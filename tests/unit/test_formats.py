@@ -54,6 +54,17 @@ def test_the_common_log_row_shape_takes_the_fast_path_and_matches() -> None:
     assert orjson.loads(line)["pos"] == "16/B3"
 
 
+@settings(max_examples=300)
+@given(st.sampled_from([Op.INSERT, Op.UPDATE, Op.DELETE]), st.one_of(st.none(), rows), rows,
+       st.tuples(values), st.integers(0, 2**64 - 1), st.integers(0, 2**32), st.text(max_size=30))
+def test_log_rows_with_and_without_a_before_image_match_the_reference(
+        op: Op, before: dict[str, object] | None, after: dict[str, object],
+        key: tuple[object, ...], lsn: int, txid: int, ts: str) -> None:
+    event = ChangeEvent(op, TableId("s", "t"), key, before, after, Lsn(lsn), txid, ts, seq=3)
+    assert NativeFormat().line(event) == orjson.dumps(native(event),
+                                                      option=orjson.OPT_APPEND_NEWLINE)
+
+
 def _dump_row(row: dict[str, object], as_bytes: bool, table: TableId, position: Lsn | None,
               seq: int, dump_id: str | None) -> ChangeEvent:
     encoded = orjson.dumps(row)
