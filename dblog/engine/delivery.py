@@ -72,6 +72,7 @@ class Delivery:
         self.last_seq = 0
         self._batch: list[ChangeEvent] = []
         self._points: list[CommitPoint] = []
+        self._asked_points = 0  # how many of the first points the last flush asked covers
         self._flush_asked_seq = 0
         """The last seq handed over when a flush was last asked for: a point at or below it
         is never replaced by a later one (see :meth:`mark`)."""
@@ -91,6 +92,7 @@ class Delivery:
         self._check_leader()  # opening an output may cut it back: a leader's act
         self.state, self.version, self.last_seq = state, version, state.seq
         self._batch, self._points, self._flush_asked_seq = [], [], state.seq
+        self._asked_points = 0
         for output in self.outputs:
             if isinstance(output, PipelineBound):
                 output.bind(self.pipeline, self.epoch)
@@ -185,9 +187,30 @@ class Delivery:
                 sink.request_flush(checkpoint)
             acks = {sink.name: sink.acknowledged() for sink in self.sinks}
         done, self._points = split_acknowledged(self._points, min_acknowledged(acks))
+        self._asked_points = len(self._points)  # the flush just asked covers all of them
         if done:
             self.save(apply_points(self.state, done))
         return self.state
+
+    def settle(self) -> None:
+        """Commit state up to what the outputs acknowledged since the last commit, without
+        asking for a flush. An output on its own thread answers the flush asked at one
+        commit after that commit returned; waiting for the next commit to see the answer
+        would keep the committed position a whole ``flush_interval_s`` older than needed
+        (the MariaDB sustained-load bench measured its lag at 1-2 s for a 1 s interval).
+        Cheap when nothing new was acknowledged: the engine calls it every loop turn."""
+        asked = self._asked_points
+        if not asked:
+            return
+        acked = min_acknowledged({sink.name: sink.acknowledged() for sink in self.sinks})
+        if acked < self._points[0].seq:
+            return
+        # only points a flush was asked to cover: a later point at the same seq (a position
+        # moved without events) is not in the checkpoint that flush committed
+        done, waiting = split_acknowledged(self._points[:asked], acked)
+        self._points = waiting + self._points[asked:]
+        self._asked_points = len(waiting)
+        self.save(apply_points(self.state, done))
 
     def _checkpoint(self) -> Checkpoint | None:
         """The state after every pending commit point (all are at or below what was handed

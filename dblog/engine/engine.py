@@ -228,6 +228,8 @@ class Engine:
                     not items and self.delivery.pending()):
                 self.delivery.commit()
                 last_commit = now
+            else:
+                self.delivery.settle()  # a flush answered since: commit it now
             if now - last_heartbeat >= settings.heartbeat_interval_s:
                 marks.write(f"hb-{uuid.uuid4().hex}")
                 last_heartbeat = now

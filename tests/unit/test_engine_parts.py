@@ -5,6 +5,7 @@ source."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -281,3 +282,29 @@ def test_the_snapshot_guard_says_why_a_transaction_is_unknown() -> None:
     window = open_window(table, "L", "H", [((1,), {"id": 1})], pending_txids=frozenset({8}))
     guarded = guard_forwarded(window, recent.keys_of, None, recent.why_unknown)
     assert guarded.discard_reason is not None and TRUNCATED_OR_ALTERED in guarded.discard_reason
+
+
+def test_a_flush_answered_on_the_outputs_thread_is_committed_before_the_next_commit() -> None:
+    store, clock = MemoryStateStore(), FakeClock()
+    delivery = Delivery([ListOutput("threaded")], store, clock, epoch=1, batch_size=2,
+                        threaded=True)
+    delivery.resume(PipelineState(), None)
+    try:
+        for n in (1, 2):
+            delivery.emit(ChangeEvent(Op.INSERT, TableId("s", "t"), (n,), after={"id": n}))
+        delivery.mark(LogOffset(20))
+        assert delivery.commit().seq == 0  # the flush is asked for, answered later
+        deadline = time.monotonic() + 10
+        while delivery.sinks[0].acknowledged() < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert delivery.sinks[0].acknowledged() == 2
+        stored = store.load()
+        assert stored is None or stored.data["seq"] == 0  # settle has not run yet
+        delivery.settle()
+        stored = store.load()
+        assert stored is not None and stored.data["seq"] == 2
+        assert stored.data["position"] == "offset:20"
+        delivery.settle()  # nothing new acknowledged: no second save
+        assert store.load() == stored
+    finally:
+        delivery.close()
