@@ -207,6 +207,7 @@ class Delivery:
             return
         # only points a flush was asked to cover: a later point at the same seq (a position
         # moved without events) is not in the checkpoint that flush committed
+        self._check_leader()  # as commit(): a deposed leader commits nothing more
         done, waiting = split_acknowledged(self._points[:asked], acked)
         self._points = waiting + self._points[asked:]
         self._asked_points = len(waiting)
