@@ -1,4 +1,5 @@
-"""Real servers for integration tests, started by the harness on free loopback ports.
+"""Real servers for integration tests, started by the harness on free loopback ports, or in
+Docker containers where an engine is reachable (``DBLOG_HARNESS``: auto, binaries, containers).
 
 ``DBLOG_PG_DSN`` points the tests at an existing PostgreSQL (wal_level=logical, wal2json)
 instead; each test still works in a database of its own.
@@ -15,6 +16,13 @@ from typing import TYPE_CHECKING
 import psycopg
 import pytest
 
+from dblog.harness.containers import (
+    KafkaContainer,
+    PostgresContainer,
+    choose_path,
+    start_kafka_container,
+    start_postgres_container,
+)
 from dblog.harness.postgres import HarnessError, PostgresServer, start_postgres
 from tests.conftest import unavailable
 
@@ -24,13 +32,15 @@ if TYPE_CHECKING:
 
 @pytest.fixture(scope="session")
 def pg_admin_dsn() -> Iterator[str]:
-    external = os.environ.get("DBLOG_PG_DSN")
-    if external:
-        yield external
+    """``DBLOG_PG_DSN``, else a throwaway server: a container when the harness takes the
+    containers path (``DBLOG_HARNESS``, dblog/harness/containers.py), else the binaries."""
+    path = choose_path("DBLOG_PG_DSN")
+    if path == "external":
+        yield os.environ["DBLOG_PG_DSN"]
         return
-    server: PostgresServer | None = None
+    server: PostgresServer | PostgresContainer | None = None
     try:
-        server = start_postgres()
+        server = start_postgres_container() if path == "containers" else start_postgres()
     except (HarnessError, FileNotFoundError, KeyError) as exc:
         unavailable("PostgreSQL", str(exc))
     assert server is not None
@@ -81,15 +91,17 @@ def _with_dbname(dsn: str, name: str) -> str:
 def kafka_bootstrap() -> Iterator[str]:
     """One Kafka broker for the session: ``DBLOG_KAFKA_BOOTSTRAP`` (host:port[,...]) or a
     throwaway KRaft node from the harness (jars fetched by scripts/setup.sh). Tests share it,
-    so each one uses topics and transactional ids of its own."""
-    external = os.environ.get("DBLOG_KAFKA_BOOTSTRAP")
-    if external:
-        yield external
+    so each one uses topics and transactional ids of its own. On the containers path
+    (``DBLOG_HARNESS``) the node runs in an apache/kafka container instead."""
+    path = choose_path("DBLOG_KAFKA_BOOTSTRAP")
+    if path == "external":
+        yield os.environ["DBLOG_KAFKA_BOOTSTRAP"]
         return
-    from dblog.harness.kafka import start_kafka
+    from dblog.harness.kafka import KafkaCluster, start_kafka
 
+    cluster: KafkaCluster | KafkaContainer
     try:
-        cluster = start_kafka()
+        cluster = start_kafka_container() if path == "containers" else start_kafka()
     except (HarnessError, OSError) as exc:
         unavailable("Kafka", str(exc))
     try:
