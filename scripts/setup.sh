@@ -6,10 +6,11 @@ cd "$(dirname "$0")/.."
 
 # zookeeper ships the jars only (zookeeperd would add a system service); the harness starts its own
 # mariadb-server: the MariaDB test harness; pkg-config and libmariadb-dev build mysqlclient;
+# gcc builds mysqlclient and dblog's compiled row decoder (connectors/mysql/_rowimage.c);
 # maven fetches the Java artifacts below
 # chromium and chromium-driver: the status page's browser test (never downloaded at test time)
 PACKAGES=(postgresql-15 postgresql-15-wal2json zookeeper default-jre-headless mariadb-server
-          pkg-config libmariadb-dev maven chromium chromium-driver)
+          pkg-config libmariadb-dev gcc maven chromium chromium-driver)
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
 
