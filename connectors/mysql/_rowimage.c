@@ -7,8 +7,6 @@
  *   DOUBLE    8-byte IEEE double
  *   FLOAT     4-byte IEEE float, passed through convert(value)
  *   FIXED     `width` bytes read by convert(data, pos)
- *   CACHED    `width` bytes passed as bytes to convert(raw); results remembered per raw value
- *             (at most CACHE_LIMIT, then forgotten), as binformats._cached does
  *   UTF8      a value of `width` length-prefix bytes, decoded as strict UTF-8
  *   PREFIXED  a value of `width` length-prefix bytes, passed as bytes to convert(raw)
  *   TIMESTAMP MySQL's TIMESTAMP2 with `a` fractional digits, as binformats.timestamp2 formats it
@@ -30,11 +28,10 @@
 #define PyFloat_Unpack8 _PyFloat_Unpack8
 #endif
 
-enum { K_INT = 1, K_DOUBLE = 2, K_FLOAT = 3, K_FIXED = 4, K_CACHED = 5, K_UTF8 = 6,
+enum { K_INT = 1, K_DOUBLE = 2, K_FLOAT = 3, K_FIXED = 4, K_UNUSED = 5, K_UTF8 = 6,
        K_PREFIXED = 7, K_TIMESTAMP = 8, K_DATETIME = 9, K_DECIMAL = 10 };
 static const int FRACTION_BYTES[7] = {0, 1, 1, 2, 2, 3, 3};
 static const int DECIMAL_BYTES[10] = {0, 1, 1, 2, 2, 3, 3, 4, 4, 4};
-#define CACHE_LIMIT 4096
 
 static int decimal_size(int precision, int scale);
 
@@ -44,7 +41,6 @@ typedef struct {
     int a, b;        /* INT: signed; temporal: fractional digits; DECIMAL: precision, scale */
     PyObject *name;
     PyObject *convert; /* NULL when the kind takes none */
-    PyObject *cache;   /* CACHED only */
     struct Slot *slots; /* TIMESTAMP, DATETIME, DECIMAL: the values formatted last */
 } Col;
 
@@ -74,7 +70,6 @@ static void Layout_dealloc(Layout *self) {
     for (Py_ssize_t i = 0; self->cols && i < self->count; i++) {
         Py_XDECREF(self->cols[i].name);
         Py_XDECREF(self->cols[i].convert);
-        Py_XDECREF(self->cols[i].cache);
         for (int k = 0; self->cols[i].slots && k < SLOTS; k++)
             Py_XDECREF(self->cols[i].slots[k].value);
         PyMem_Free(self->cols[i].slots);
@@ -88,11 +83,11 @@ static int parse_col(PyObject *spec, Col *col) {
     if (!PyArg_ParseTuple(spec, "UiiiiO", &name, &col->kind, &col->width, &col->a, &col->b,
                           &convert))
         return -1;
-    if (col->kind < K_INT || col->kind > K_DECIMAL) {
+    if (col->kind < K_INT || col->kind > K_DECIMAL || col->kind == K_UNUSED) {
         PyErr_Format(PyExc_ValueError, "unknown column kind %d", col->kind);
         return -1;
     }
-    int takes_convert = col->kind == K_FLOAT || col->kind == K_FIXED || col->kind == K_CACHED
+    int takes_convert = col->kind == K_FLOAT || col->kind == K_FIXED
                         || col->kind == K_PREFIXED || col->kind == K_DECIMAL;
     if (takes_convert && !PyCallable_Check(convert)) {
         PyErr_SetString(PyExc_TypeError, "this column kind needs a callable converter");
@@ -102,7 +97,7 @@ static int parse_col(PyObject *spec, Col *col) {
     if ((prefixed && (col->width < 1 || col->width > 4))
         || (col->kind == K_INT && col->width != 1 && col->width != 2 && col->width != 3
             && col->width != 4 && col->width != 8)
-        || ((col->kind == K_FIXED || col->kind == K_CACHED) && col->width < 1)
+        || (col->kind == K_FIXED && col->width < 1)
         || ((col->kind == K_TIMESTAMP || col->kind == K_DATETIME) && (col->a < 0 || col->a > 6
             || col->width != (col->kind == K_TIMESTAMP ? 4 : 5) + FRACTION_BYTES[col->a]))
         || (col->kind == K_DECIMAL && (col->a < 1 || col->a > 65 || col->b < 0
@@ -118,8 +113,6 @@ static int parse_col(PyObject *spec, Col *col) {
         Py_INCREF(convert);
         col->convert = convert;
     }
-    if (col->kind == K_CACHED && !(col->cache = PyDict_New()))
-        return -1;
     if (col->kind >= K_TIMESTAMP && !(col->slots = PyMem_Calloc(SLOTS, sizeof(Slot)))) {
         PyErr_NoMemory();
         return -1;
@@ -180,23 +173,6 @@ static PyObject *call1(PyObject *fn, PyObject *arg) {
     return PyObject_Vectorcall(fn, args, 1, NULL);
 }
 
-static PyObject *read_cached(Col *col, const unsigned char *p) {
-    PyObject *raw = PyBytes_FromStringAndSize((const char *)p, col->width);
-    if (!raw)
-        return NULL;
-    PyObject *value = PyDict_GetItemWithError(col->cache, raw);
-    if (value) {
-        Py_INCREF(value);
-    } else if (!PyErr_Occurred() && (value = call1(col->convert, raw))) {
-        if (PyDict_GET_SIZE(col->cache) >= CACHE_LIMIT)
-            PyDict_Clear(col->cache);
-        if (PyDict_SetItem(col->cache, raw, value) < 0)
-            Py_CLEAR(value);
-    }
-    Py_DECREF(raw);
-    return value;
-}
-
 static PyObject *read_prefixed(Col *col, const unsigned char *buf, Py_ssize_t *pos,
                                Py_ssize_t end) {
     if (*pos + col->width > end)
@@ -250,8 +226,6 @@ static PyObject *read_fixed(Col *col, PyObject *data, const unsigned char *p, Py
         at = call1(col->convert, value);
         Py_DECREF(value);
         return at;
-    case K_CACHED:
-        return read_cached(col, p);
     case K_TIMESTAMP:
     case K_DATETIME:
     case K_DECIMAL:

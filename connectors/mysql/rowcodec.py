@@ -12,8 +12,8 @@ precomputed constants (structs, converters) and the column names as string liter
 
 When the C extension ``_rowimage`` is built (setup.py; it needs a C compiler at install), the
 same layout is handed to it as one spec per column and it decodes the images instead: integers,
-floats and UTF-8 text in C, the other columns through the same converters (temporal and
-DECIMAL values remembered per raw value, as ``binformats.Cached`` does). The generated
+floats, UTF-8 text and the text of TIMESTAMP/DATETIME/DECIMAL values in C (the last values of
+each column remembered), the other columns through the same converters. The generated
 decoders stay the fallback; a property test holds the two to equal output.
 
 The values equal the chunk SELECT's canonical values (types.py, nativetypes.py); the binary
@@ -52,8 +52,8 @@ _PATTERNS_KEPT = 256
 
 
 # the compiled decoder's column kinds (_rowimage.c)
-K_INT, K_DOUBLE, K_FLOAT, K_FIXED, K_CACHED, K_UTF8, K_PREFIXED, K_TIMESTAMP, K_DATETIME, \
-    K_DECIMAL = range(1, 11)
+K_INT, K_DOUBLE, K_FLOAT, K_FIXED = range(1, 5)
+K_UTF8, K_PREFIXED, K_TIMESTAMP, K_DATETIME, K_DECIMAL = range(6, 11)
 _NATIVE_KINDS = {"timestamp": K_TIMESTAMP, "datetime": K_DATETIME, "decimal": K_DECIMAL}
 # kind, width, two parameters (signed; fractional digits; precision and scale), converter
 Spec = tuple[int, int, int, int, Callable[..., Any] | None]
@@ -103,11 +103,9 @@ def _length_prefixed(width: int, convert: Callable[[bytes], Any]) -> Callable[
 
 
 def _fixed_spec(size: int, read: bf.Fixed) -> Spec:
-    if isinstance(read, bf.Cached):
-        if read.native is not None:
-            name, a, b = read.native
-            return _NATIVE_KINDS[name], size, a, b, read.compute
-        return K_CACHED, size, 0, 0, read.compute
+    if isinstance(read, bf.Cached) and read.native is not None:
+        name, a, b = read.native
+        return _NATIVE_KINDS[name], size, a, b, read.compute
     return K_FIXED, size, 0, 0, read
 
 
