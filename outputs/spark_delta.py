@@ -26,11 +26,14 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from dblog.core.model import Key, Row, TableId, TableInfo
 from dblog.errors import FatalOutputError
-from dblog.replica import Guard, RowChange, TablePlan, decoded_rows, kept
+from dblog.replica import Guard, TablePlan, decoded_rows, kept
 
 from . import delta_table as dtab
 from .spark_checkpoint import NAME, SparkCheckpointTable, create_statement
@@ -43,6 +46,7 @@ from .sql_kinds import (
     GUARD_MAJOR,
     GUARD_MINOR,
     ColumnKind,
+    Kind,
     add_row_kinds,
     from_db,
     kinds_of,
@@ -112,6 +116,8 @@ class SparkDeltaWriter:
         self.checkpoint = SparkCheckpointTable(spark, self._table(NAME), self.fence) \
             if checkpoint else None
         self.metrics: list[dict[str, Any]] = []
+        self.greatest: dict[TableId, Any] = {}
+        """Per replica table with an integer key: the greatest key stored (None: empty)."""
 
     def _table(self, name: str) -> SparkDeltaTable:
         if self.config.path is not None:
@@ -190,17 +196,58 @@ class SparkDeltaWriter:
         changes = kept.with_kept(list(zip(plan.changes, rows, strict=True)),
                                  partial(self.stored_rows, replica),
                                  kept.missing_in(replica.table.ident))
-        if changes:
-            self.metrics.append(self._merge(replica, changes, seq, added))
+        if not changes:
+            return
+        source = dtab.batch(replica.kinds, replica.key, changes)
+        try:
+            if self._beyond_stored_keys(replica, source):
+                self.metrics.append(self._append(replica, source, seq, added))
+            else:
+                self.metrics.append(self._merge(replica, source, seq, added))
+        except BaseException:
+            self.greatest.pop(replica.source, None)  # the commit may have landed: read again
+            raise
+        self._note_greatest(replica, source)
+
+    def _beyond_stored_keys(self, replica: Replica, source: pa.Table) -> bool:
+        """Whether every key of ``source`` lies above the table's greatest stored key (an
+        integer key of one column): then the MERGE would insert every row, which an append
+        does without joining the table (a dump into an empty or growing table). The greatest
+        key is read once per table and run, then kept from this writer's own commits: only
+        this pipeline writes its replica tables (a newer epoch's commit fails the fence), and
+        truncates and purges only lower it, which makes the test stricter, never wrong."""
+        column = replica.key[0]
+        if len(replica.key) != 1 or replica.kinds[column].kind is not Kind.INT:
+            return False
+        if replica.source not in self.greatest:
+            frame = self.frame(replica)
+            self.greatest[replica.source] = frame.agg(F.max(frame[column])).collect()[0][0]
+        stored = self.greatest[replica.source]
+        low = pc.min(source.column(column)).as_py()
+        return stored is None or (low is not None and low > stored)
+
+    def _note_greatest(self, replica: Replica, source: pa.Table) -> None:
+        if replica.source in self.greatest:
+            high = pc.max(source.column(replica.key[0])).as_py()
+            stored = self.greatest[replica.source]
+            self.greatest[replica.source] = high if stored is None else max(stored, high)
+
+    def _append(self, replica: Replica, source: pa.Table, seq: int,
+                added: bool) -> dict[str, Any]:
+        writer = arrow_frame(self.spark, source).write.format("delta").mode("append")
+        if added:
+            writer = writer.option("mergeSchema", "true")
+        self.fence.commit_blind(replica.table, seq,
+                                lambda: writer.save(replica.table.location))
+        return {"num_target_rows_inserted": source.num_rows, "appended": True}
 
     def _delete(self, replica: Replica, where: str) -> None:
         """A DELETE's result does not tell a skipped commit (nor one that matched nothing
         and committed nothing): the fence's check after it is what refuses."""
         self.spark.sql(f"DELETE FROM {replica.table.ident} WHERE {where}").collect()
 
-    def _merge(self, replica: Replica, changes: list[tuple[RowChange, Row | None]],
-               seq: int, added: bool) -> dict[str, Any]:
-        source = dtab.batch(replica.kinds, replica.key, changes)
+    def _merge(self, replica: Replica, source: pa.Table, seq: int,
+               added: bool) -> dict[str, Any]:
         predicate = dtab.merge_predicate(replica.kinds, replica.key, source)
         view = f"dblog_src_{uuid.uuid4().hex[:12]}"
         arrow_frame(self.spark, source).createOrReplaceTempView(view)

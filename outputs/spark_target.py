@@ -185,6 +185,26 @@ class Fence:
         self._last[table.location] = max(version, self._last.get(table.location) or 0)
         return result
 
+    def commit_blind(self, table: SparkDeltaTable, seq: int, action: Callable[[], None]) -> None:
+        """Run ``action`` (an append) as a fenced commit and read the log after it: the
+        commit must be there under this epoch's version (delta-spark skips a write whose
+        version a newer epoch passed, silently)."""
+        version = self.version(table, seq)
+        conf = self.spark.conf
+        conf.set(TXN_APP, self.app)
+        conf.set(TXN_VERSION, str(version))
+        try:
+            action()
+        finally:
+            conf.unset(TXN_APP)
+            conf.unset(TXN_VERSION)
+        found = self.check(table).txn  # raises LeadershipLost where a newer epoch wrote
+        if found != version:
+            raise FatalOutputError(f"Delta table {table.ident}: the append of pipeline "
+                                   f"{self.pipeline!r} at version {version} is not in its log "
+                                   f"(its transaction there is {found})")
+        self._last[table.location] = version
+
     def claim(self, table: SparkDeltaTable, empty: Callable[[], None]) -> None:
         """Fence older epochs out of ``table``: the ``dblog.epoch`` property (a metadata
         change, which fails commits prepared before it), then ``empty`` appends no rows under

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dblog.core.model import TableId, TableInfo
+from dblog.core.model import ChangeEvent, Op, TableId, TableInfo
+from dblog.errors import RetryableOutputError
 from dblog.outputs.spark import SparkOutput
 from dblog.spi import (
     Checkable,
@@ -116,3 +117,58 @@ def test_commits_at_most_every_commit_interval_and_at_close(target: SparkTarget)
     assert contract.live(target) == reference(events)[0]
     output.close()  # writes what waits
     assert contract.live(target) == reference(events)[-1]
+
+
+def _inserts(*keys: int) -> list[ChangeEvent]:
+    return [e for k in keys for e in contract._change(Op.INSERT, k, k, k)]
+
+
+def test_keys_beyond_the_stored_ones_are_appended_and_a_replay_merges(
+        target: SparkTarget) -> None:
+    """A dump into a growing table appends (no join with the table); a replay of keys the
+    table holds merges, so every key is stored once."""
+    events = contract._numbered([_inserts(1, 2, 3), _inserts(4, 5),
+                                 contract._change(Op.UPDATE, 2, 6, 20)])
+    output = target.new_output()
+    output.open(0)
+    writer = output._delta
+    assert writer is not None
+    output.write(events[:9])
+    output.flush()
+    assert [m.get("appended") for m in writer.metrics] == [True]
+    output.write(events[9:])
+    output.flush()
+    assert [m.get("appended") for m in writer.metrics] == [None]  # key 2 is stored: MERGE
+    output.close()
+    replay = target.new_output()
+    replay.open(0)
+    replay.write(events)
+    replay.flush()
+    assert len(target._records(A)) == 5
+    assert target.live(A)[(2,)]["v"] == 20
+
+
+def test_an_append_whose_answer_was_lost_is_not_appended_again(
+        target: SparkTarget, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The append landed but the flush failed: the retry must not append the rows again."""
+    events = contract._numbered([_inserts(1, 2, 3)])
+    output = target.new_output()
+    output.open(0)
+    writer = output._delta
+    assert writer is not None
+    real = writer.fence.commit_blind
+    failed: list[bool] = []
+
+    def landed_then_failed(table: Any, seq: int, action: Any) -> None:
+        real(table, seq, action)
+        if not failed:
+            failed.append(True)
+            raise RetryableOutputError("the answer was lost")
+
+    monkeypatch.setattr(writer.fence, "commit_blind", landed_then_failed)
+    output.write(events)
+    with pytest.raises(RetryableOutputError):
+        output.flush()
+    assert output.flush() == len(events)
+    assert len(target._records(A)) == 3
+    assert target.live(A) == {(k,): {"id": k, "v": k, "blob": f"b{k}"} for k in (1, 2, 3)}
