@@ -64,6 +64,7 @@ class PostgresSide:
 
         self.dsn, self.table = dsn, TABLE
         self.admin = psycopg.connect(dsn, autocommit=True)
+        self.updates_end: str | None = None
 
     def load(self, rows: int) -> None:
         from run import load_table
@@ -83,6 +84,11 @@ class PostgresSide:
             self.admin.execute("SELECT pg_create_logical_replication_slot(%s, 'wal2json')",
                                (slot,))
         self.admin.execute(UPDATE_SQL.format(rows=rows))
+        # the end of the last update's commit record, where dblog's committed position stops:
+        # read before the CHECKPOINT, whose WAL no later transaction would carry it past until
+        # the next watermark heartbeat (up to heartbeat_interval_s, 10 s, added to the time)
+        row = self.admin.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+        self.updates_end = row[0]
         try_checkpoint(self.admin)
         return {}
 
@@ -92,6 +98,8 @@ class PostgresSide:
     def end_position(self) -> Any:
         from dblog.connectors.postgres.positions import Lsn
 
+        if self.updates_end is not None:
+            return Lsn.parse(self.updates_end)
         row = self.admin.execute("SELECT pg_current_wal_lsn()::text").fetchone()
         return Lsn.parse(row[0])
 
