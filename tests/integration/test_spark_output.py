@@ -158,7 +158,8 @@ def test_a_resumed_deposed_leaders_merge_is_refused(spark_session: SparkSession,
     """Leader 1 writes, freezes with a batch in hand; leader 2 opens (claims the tables) and
     writes newer rows; leader 1 resumes: its MERGE is refused, the table keeps leader 2's
     rows and checkpoint. Then the race inside one commit: leader 3 claims after leader 2
-    computed its transaction version but before its MERGE ran; the MERGE is refused too."""
+    computed its transaction version but before its MERGE ran; the MERGE is refused too, and
+    so is an append (a batch of keys above every stored one) in the same race."""
     config = {"type": "spark", "commit_interval_s": 0,
               "sinks": [{"type": "delta", "path": str(tmp_path / "d")}]}
     seq = iter(range(1, 1000))
@@ -191,22 +192,41 @@ def test_a_resumed_deposed_leaders_merge_is_refused(spark_session: SparkSession,
     assert spark_rows(spark_session, path, _items_lookup, ITEMS) == expected
 
     third = leader(3)
-    second.write(numbered(_events(ITEMS, 0x500, {5: "late"})))
-    delta = second._delta
-    assert delta is not None
-    commit = delta.fence.commit
-
-    def claimed_meanwhile(table: Any, at: int, action: Any) -> Any:
-        if not third._open:
-            third.open(0)  # claims every table between the version and the MERGE
-        return commit(table, at, action)
-
-    delta.fence.commit = claimed_meanwhile  # type: ignore[method-assign,assignment]
+    second.write(numbered(_events(ITEMS, 0x500, {2: "late", 5: "late"})))  # a stored key: MERGE
+    raced = _claim_meanwhile(second, third, "commit")
     with pytest.raises(LeadershipLost):
         second.flush()
+    assert raced
+    assert spark_rows(spark_session, path, _items_lookup, ITEMS) == expected
+
+    fourth = leader(4)  # the same race on the append path: keys above every stored one
+    third.write(numbered(_events(ITEMS, 0x600, {6: "late"})))
+    raced = _claim_meanwhile(third, fourth, "commit_blind")
+    with pytest.raises(LeadershipLost):
+        third.flush()
+    assert raced
     assert spark_rows(spark_session, path, _items_lookup, ITEMS) == expected
     with pytest.raises(LeadershipLost):
         leader(1).open(0)
+
+
+def _claim_meanwhile(writer: SparkOutput, successor: SparkOutput, method: str) -> list[bool]:
+    """``successor`` opens (claims every table) after ``writer``'s fence computed its
+    transaction version and before the command (``method``: ``commit`` for a MERGE,
+    ``commit_blind`` for an append) runs."""
+    delta = writer._delta
+    assert delta is not None
+    real = getattr(delta.fence, method)
+    used: list[bool] = []
+
+    def claimed_meanwhile(table: Any, at: int, action: Any) -> Any:
+        used.append(True)
+        if not successor._open:
+            successor.open(0)
+        return real(table, at, action)
+
+    setattr(delta.fence, method, claimed_meanwhile)
+    return used  # non-empty once the race was run
 
 
 # -- bad input ------------------------------------------------------------------------------
