@@ -9,11 +9,14 @@ DataFrame built from the Arrow batch of the ``delta`` output (:func:`delta_table
     WHEN MATCHED AND (<s's guard is greater>) THEN UPDATE SET *
     WHEN NOT MATCHED THEN INSERT *
 
+A batch whose keys (one integer key column) all lie above the greatest stored key is appended
+instead (:meth:`SparkDeltaWriter._beyond_stored_keys`): the MERGE would insert every row.
 Columns the source did not send (``keep``) are filled from the stored rows read through
 Spark before the MERGE. The checkpoint row follows the tables (:mod:`.spark_checkpoint`).
 As with the ``delta`` output, a crash between two tables' commits leaves some tables ahead of
-the checkpoint, which is sound: every commit is guarded, so the replay is a no-op where it
-was applied.
+the checkpoint, which is sound: every MERGE is guarded, and an append holds only keys no
+stored row had (a replay finds them stored and MERGEs), so the replay is a no-op where it was
+applied.
 """
 
 from __future__ import annotations
