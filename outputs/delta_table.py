@@ -171,23 +171,36 @@ def merge(table: DeltaTable, source: pa.Table, predicate: str,
     return metrics
 
 
+def integer_key(kinds: dict[str, ColumnKind], key: Sequence[str]) -> str | None:
+    """The key column when the key is one integer column (the only keys with a greatest
+    stored value to append above), else None."""
+    return key[0] if len(key) == 1 and kinds[key[0]].kind is Kind.INT else None
+
+
+def above(source: pa.Table, column: str, stored: int | None) -> bool:
+    """Whether every ``column`` value of ``source`` lies above ``stored`` (None: an empty
+    table): then no stored row can match, and the MERGE would insert every row, which an
+    append does without joining (a dump into an empty or growing table)."""
+    if not source.num_rows:
+        return False
+    low = pc.min(source.column(column)).as_py()
+    return stored is None or (low is not None and low > stored)
+
+
 def beyond_stored_keys(table: DeltaTable, kinds: dict[str, ColumnKind], key: Sequence[str],
                        source: pa.Table) -> bool:
-    """Whether every key of ``source`` lies above the table's greatest stored key (an integer
-    key of one column, by the files' statistics): then no stored row can match, and the MERGE
-    would insert every row, which an append does without joining (a dump into an empty or
-    growing table). False when a file has no statistics for the key."""
-    column = key[0]
-    if len(key) != 1 or kinds[column].kind is not Kind.INT or not source.num_rows:
+    """:func:`above` the table's greatest stored key, by the files' statistics. False when a
+    file has no statistics for the key."""
+    column = integer_key(kinds, key)
+    if column is None:
         return False
     actions = pa.table(table.get_add_actions(flatten=True))
     if actions.num_rows == 0:
-        return True
+        return above(source, column, None)
     name = f"max.{column}"
     if name not in actions.column_names or actions.column(name).null_count:
         return False
-    stored = pc.max(actions.column(name)).as_py()
-    return bool(pc.min(source.column(column)).as_py() > stored)
+    return above(source, column, pc.max(actions.column(name)).as_py())
 
 
 def append(table: DeltaTable, source: pa.Table, props: CommitProperties) -> dict[str, Any]:

@@ -49,7 +49,6 @@ from .sql_kinds import (
     GUARD_MAJOR,
     GUARD_MINOR,
     ColumnKind,
-    Kind,
     add_row_kinds,
     from_db,
     kinds_of,
@@ -219,15 +218,13 @@ class SparkDeltaWriter:
         key is read once per table and run, then kept from this writer's own commits: only
         this pipeline writes its replica tables (a newer epoch's commit fails the fence), and
         truncates and purges only lower it, which makes the test stricter, never wrong."""
-        column = replica.key[0]
-        if len(replica.key) != 1 or replica.kinds[column].kind is not Kind.INT:
+        column = dtab.integer_key(replica.kinds, replica.key)
+        if column is None:
             return False
         if replica.source not in self.greatest:
             frame = self.frame(replica)
             self.greatest[replica.source] = frame.agg(F.max(frame[column])).collect()[0][0]
-        stored = self.greatest[replica.source]
-        low = pc.min(source.column(column)).as_py()
-        return stored is None or (low is not None and low > stored)
+        return dtab.above(source, column, self.greatest[replica.source])
 
     def _note_greatest(self, replica: Replica, source: pa.Table) -> None:
         if replica.source in self.greatest:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dblog.errors import DblogError, FatalOutputError, LeadershipLost, RetryableOutputError
 
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Row, SparkSession
     from pyspark.sql.types import StructType
 
+T = TypeVar("T")
 TXN_APP = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 _LOW = (1 << EPOCH_SHIFT) - 1
@@ -168,14 +169,7 @@ class Fence:
         delta-spark skipped: a newer epoch's transaction is there) raises LeadershipLost; an
         action returning None (a DELETE) is followed by a read of the log."""
         version = self.version(table, seq)
-        conf = self.spark.conf
-        conf.set(TXN_APP, self.app)
-        conf.set(TXN_VERSION, str(version))
-        try:
-            result = action()
-        finally:
-            conf.unset(TXN_APP)
-            conf.unset(TXN_VERSION)
+        result = self._under(version, action)
         if result is None:
             self.check(table)
         elif not result:
@@ -190,20 +184,25 @@ class Fence:
         commit must be there under this epoch's version (delta-spark skips a write whose
         version a newer epoch passed, silently)."""
         version = self.version(table, seq)
-        conf = self.spark.conf
-        conf.set(TXN_APP, self.app)
-        conf.set(TXN_VERSION, str(version))
-        try:
-            action()
-        finally:
-            conf.unset(TXN_APP)
-            conf.unset(TXN_VERSION)
+        self._under(version, action)
         found = self.check(table).txn  # raises LeadershipLost where a newer epoch wrote
         if found != version:
             raise FatalOutputError(f"Delta table {table.ident}: the append of pipeline "
                                    f"{self.pipeline!r} at version {version} is not in its log "
                                    f"(its transaction there is {found})")
         self._last[table.location] = version
+
+    def _under(self, version: int, action: Callable[[], T]) -> T:
+        """``action`` with the session's Delta transaction set to this pipeline at ``version``
+        (delta-spark records it in the command's commit, or skips the command)."""
+        conf = self.spark.conf
+        conf.set(TXN_APP, self.app)
+        conf.set(TXN_VERSION, str(version))
+        try:
+            return action()
+        finally:
+            conf.unset(TXN_APP)
+            conf.unset(TXN_VERSION)
 
     def claim(self, table: SparkDeltaTable, empty: Callable[[], None]) -> None:
         """Fence older epochs out of ``table``: the ``dblog.epoch`` property (a metadata
