@@ -167,9 +167,13 @@ class Wal2JsonDecoder:
         if action in _ROW_ACTIONS:
             return self._row_event(msg, _ROW_ACTIONS[action], header_lsn)
         if action == "B":  # positioned at its commit's end, as its COMMIT will be
-            commit_end = Lsn.parse(msg.nextlsn) if msg.nextlsn else Lsn(header_lsn)
+            if not msg.nextlsn:  # the replica guard (dblog.replica.guard.POSTGRES) needs it
+                raise FatalSourceError(
+                    f"wal2json BEGIN of transaction {msg.xid} has no 'nextlsn'",
+                    fix="use wal2json 2.x with format-version 2 and include-lsn (dblog sets "
+                        "both options; an older plugin build does not support them)")
             return ChangeEvent(Op.BEGIN, None, txid=msg.xid, commit_ts=msg.timestamp,
-                               position=commit_end)
+                               position=Lsn.parse(msg.nextlsn))
         if action == "C":
             # the message header of COMMIT carries the commit record's end: the resume point
             return ChangeEvent(Op.COMMIT, None, txid=msg.xid, commit_ts=msg.timestamp,

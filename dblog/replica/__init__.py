@@ -21,7 +21,7 @@ from .guard import (
     MAX_MINOR,
     MYSQL_GTID,
     POSTGRES,
-    POSTGRES_COMMIT_ON_BEGIN,
+    POSTGRES_AT_COMMIT,
     Guard,
     GuardScheme,
     MajorFrom,
@@ -36,7 +36,7 @@ from .reduce import RowChange, TablePlan, decoded_rows
 
 __all__ = [
     "BINLOG", "LIMIT", "MARIADB_GTID", "MAX_MINOR", "MYSQL_GTID", "POSTGRES",
-    "POSTGRES_COMMIT_ON_BEGIN",
+    "POSTGRES_AT_COMMIT",
     "ApplyState", "Commit", "CommitBuffer", "Guard", "GuardScheme", "MajorFrom",
     "MemoryReplica", "OpenTxn", "Plan", "PurgeSchedule", "ReplicaProgress", "RowChange",
     "StoredRow", "TablePlan", "decoded_rows", "plan_batch", "purge_bound", "register_scheme",

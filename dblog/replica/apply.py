@@ -9,11 +9,12 @@ the old state when it retries a batch; after a restart it starts from
 engine replays from a transaction boundary, so no transaction is open then).
 
 Guards (:mod:`dblog.replica.guard`): an event of transaction T gets ``(major(T), i)``. Where
-the major is only known at COMMIT (PostgreSQL), the transaction's events are held in the
-state until the COMMIT arrives, and :attr:`Plan.through_seq` stays before the transaction's
-BEGIN, so the output acknowledges nothing it has not written. Their memory is bounded by the
-open transaction's size, not the batch size: a connector whose BEGIN carries the commit LSN
-(:data:`~dblog.replica.guard.POSTGRES_COMMIT_ON_BEGIN`) removes the hold.
+the major is only known at COMMIT (:data:`~dblog.replica.guard.POSTGRES_AT_COMMIT`, for a
+PostgreSQL connector whose BEGIN carries only the first LSN), the transaction's events are
+held in the state until the COMMIT arrives, and :attr:`Plan.through_seq` stays before the
+transaction's BEGIN, so the output acknowledges nothing it has not written; their memory is
+bounded by the open transaction's size, not the batch size. dblog's own PostgreSQL connector
+puts the commit end on BEGIN (:data:`~dblog.replica.guard.POSTGRES`): nothing is held.
 
 The plan (:class:`Plan`) is plain data for SQL, Delta and Spark writers; what each part means
 is :class:`~dblog.replica.reduce.TablePlan`'s contract, executed on dicts by
@@ -115,6 +116,10 @@ class _Planner:
         return (self.txn is not None and self.scheme is not None
                 and self.scheme.major_from is MajorFrom.COMMIT)
 
+    def _whole_transactions(self) -> bool:
+        """Whether the scheme needs each BEGIN matched by a COMMIT before the next one."""
+        return self.scheme is not None and self.scheme.major_from is not MajorFrom.EVENT
+
     def _major(self, event: ChangeEvent) -> int:
         position = event.position
         if position is None:
@@ -130,7 +135,7 @@ class _Planner:
         return major
 
     def _begin(self, event: ChangeEvent) -> None:
-        if self.txn is not None and self._holding():
+        if self.txn is not None and self._whole_transactions():
             raise FatalOutputError(
                 f"BEGIN (seq {event.seq}) before the COMMIT of the transaction that began at "
                 f"seq {self.txn.begin_seq}: its rows cannot be guarded")
@@ -167,7 +172,10 @@ class _Planner:
         major = txn.major
         if self.scheme.major_from is MajorFrom.EVENT:
             major = self._event_major(txn, event)
-        assert major is not None
+        if major is None:
+            raise FatalOutputError(f"the BEGIN (seq {txn.begin_seq}) of the {event.op.value} "
+                                   f"event at seq {event.seq} has no position: its replica "
+                                   "guard is unknown")
         self.txn = OpenTxn(txn.begin_seq, major, txn.count + 1)
         self._add(event, Guard(major, txn.count + 1))
 

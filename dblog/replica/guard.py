@@ -13,10 +13,11 @@ non-negative 63-bit integers ``(major, minor)`` compared lexicographically:
   - PostgreSQL: the end LSN of T's commit record (the COMMIT event's position). A row event's
     own LSN is where its record was written, not when T committed: a transaction that started
     earlier can write a row record before another transaction's commit and commit after it.
-    Commit records are written, and decoded, in commit order. The BEGIN event's position is
-    T's first LSN (no order either), so the rows wait for their COMMIT (see
-    :mod:`dblog.replica.apply`); :data:`POSTGRES_COMMIT_ON_BEGIN` is the same guard for a
-    connector whose BEGIN carries the commit end (wal2json ``include-lsn``'s ``nextlsn``).
+    Commit records are written, and decoded, in commit order. dblog's connector puts that end
+    on the BEGIN event too (wal2json ``include-lsn``'s ``nextlsn``, the same ``end_lsn`` the
+    COMMIT message's header carries), so :data:`POSTGRES` guards rows on arrival. For a
+    connector whose BEGIN carries only T's first LSN (no order), :data:`POSTGRES_AT_COMMIT`
+    holds the rows until their COMMIT (see :mod:`dblog.replica.apply`); same guard values.
   - MySQL with GTIDs: the number of GTIDs in the position after T (``uuid:1-5:7,...``). Sets
     are only partially ordered, but along one binlog stream the reader's position is the
     committed set plus each transaction's GTID, which the set never holds yet, so the count
@@ -178,9 +179,11 @@ def _binlog_offset(body: str) -> int:
     return (index << 32) | pos
 
 
-POSTGRES = GuardScheme("postgres-commit-lsn", "lsn", MajorFrom.COMMIT, _lsn)
-POSTGRES_COMMIT_ON_BEGIN = GuardScheme("postgres-commit-lsn", "lsn", MajorFrom.BEGIN, _lsn)
-"""Same guard values as :data:`POSTGRES`, for a BEGIN event that carries the commit end LSN."""
+POSTGRES = GuardScheme("postgres-commit-lsn", "lsn", MajorFrom.BEGIN, _lsn)
+"""The BEGIN event's position is its transaction's commit end (dblog's wal2json connector)."""
+POSTGRES_AT_COMMIT = GuardScheme("postgres-commit-lsn", "lsn", MajorFrom.COMMIT, _lsn)
+"""Same guard values as :data:`POSTGRES`, for a BEGIN positioned elsewhere: rows wait for the
+COMMIT (``register_scheme`` it for such a connector)."""
 MYSQL_GTID = GuardScheme("mysql-gtid-count", "mysql-gtid", MajorFrom.EVENT, _gtid_count)
 MARIADB_GTID = GuardScheme("mariadb-gtid-seq-sum", "mariadb-gtid", MajorFrom.EVENT, _seq_sum)
 BINLOG = GuardScheme("binlog-offset", "binlog", MajorFrom.EVENT, _binlog_offset)

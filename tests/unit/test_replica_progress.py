@@ -57,12 +57,14 @@ def test_the_plan_covers_the_events_and_the_checkpoint_only_when_acknowledged() 
     assert beyond is not None and beyond.checkpoint is None  # past what the commit holds
 
 
-def test_an_open_postgres_transaction_is_not_acknowledged() -> None:
+def test_an_open_postgres_transaction_is_acknowledged_up_to_its_last_row() -> None:
+    """The BEGIN carries the commit end: the rows before the COMMIT are planned already."""
     progress = ReplicaProgress("out", FIX)
     progress.restore(None, {}, None, 7)
-    events = tx(lsn(100), ins(1, 1, lsn(110)), commit=lsn(200), seq=8)
+    events = tx(lsn(200), ins(1, 1, lsn(110)), commit=lsn(200), seq=8)
     commit = progress.begin(events[:2], None, None)  # BEGIN and the row: no COMMIT yet
-    assert commit is not None and commit.through == 7 and commit.plan.tables == ()
+    assert commit is not None and commit.through == 9
+    assert [c.guard for c in commit.plan.tables[0].changes] == [Guard(200, 1)]
 
 
 def test_only_finish_changes_the_progress() -> None:

@@ -27,7 +27,7 @@ import orjson
 from dblog.core.model import ChangeEvent, EncodedRow, Key, Op, Row, TableId
 from dblog.replica import (
     LIMIT,
-    POSTGRES_COMMIT_ON_BEGIN,
+    POSTGRES_AT_COMMIT,
     ApplyState,
     Guard,
     GuardScheme,
@@ -262,7 +262,7 @@ def boundaries(events: Sequence[ChangeEvent]) -> list[int]:
 
 def scheme_of(flavour: str) -> GuardScheme | None:
     """The scheme a replica is configured with (None: learnt from the first position)."""
-    return POSTGRES_COMMIT_ON_BEGIN if flavour == "pg-begin" else None
+    return POSTGRES_AT_COMMIT if flavour == "pg" else None
 
 
 # -- replicas with the guard (or tombstones) taken away, to show the tests catch it ---------

@@ -8,10 +8,11 @@ from typing import Any
 import orjson
 import pytest
 
+from dblog.connectors.postgres.positions import Lsn
 from dblog.connectors.postgres.wal2json import Wal2JsonDecoder
 from dblog.core.model import ChangeEvent, Key, LogItem, Op, TableId, TableInfo
 from dblog.engine import Engine
-from dblog.errors import RetryableSourceError
+from dblog.errors import FatalSourceError, RetryableSourceError
 from dblog.spi import Chunk
 from dblog.testing import (
     ListOutput,
@@ -216,6 +217,17 @@ def _decoder(catalog: _Catalog) -> Wal2JsonDecoder:
 def _decode(decoder: Wal2JsonDecoder, message: dict[str, Any], lsn: int) -> Any:
     """The message through the same parse as the replication stream's bytes."""
     return decoder.decode(orjson.dumps(message), lsn)
+
+
+def test_begin_is_positioned_at_nextlsn_and_refused_without_it() -> None:
+    """Replica guards order a PostgreSQL transaction by the commit end on its BEGIN: a BEGIN
+    without ``nextlsn`` must stop the source, not fall back to the (unordered) first LSN."""
+    decoder = _decoder(_Catalog(("id",)))
+    begin = _decode(decoder, {"action": "B", "xid": 7, "nextlsn": "0/16B3748"}, 0x16B3000)
+    assert begin.op is Op.BEGIN and begin.position == Lsn.parse("0/16B3748")
+    with pytest.raises(FatalSourceError, match="nextlsn") as caught:
+        _decode(decoder, {"action": "B", "xid": 8}, 0x16B3800)
+    assert "include-lsn" in (caught.value.fix or "")
 
 
 def test_truncate_as_first_message_of_a_table_does_not_lose_its_key_columns() -> None:
