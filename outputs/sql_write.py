@@ -21,6 +21,7 @@ import sqlite3
 import zlib
 from collections.abc import Iterable
 from functools import partial
+from itertools import chain
 from typing import Any
 
 import sqlalchemy as sa
@@ -122,15 +123,17 @@ def row_tuples(replica: ReplicaTable, changes: Iterable[tuple[RowChange, Row | N
     key_at = [names.index(k) for k in replica.key]
     convert = [(i, kind) for i, kind in enumerate(kinds.values())
                if needs_conversion(kind, dialect)]
-    out = []
+    out: list[tuple[Any, ...]] = []
+    append = out.append
     for change, row in changes:
-        values: list[Any] = [None] * len(names) if row is None else [row.get(c) for c in names]
+        values: list[Any] = [None] * len(names) if row is None else list(map(row.get, names))
         for i, value in zip(key_at, change.key, strict=True):
             values[i] = value
         for i, kind in convert:
             values[i] = to_db(kind, dialect, values[i])
-        values += (row is None, change.guard.minor, change.guard.major)
-        out.append(tuple(values))
+        guard = change.guard
+        values += (row is None, guard.minor, guard.major)
+        append(tuple(values))
     return out
 
 
@@ -166,7 +169,7 @@ def _sqlite_upserts(conn: Connection, replica: ReplicaTable,
     for i in range(0, len(rows), step):
         part = rows[i:i + step]
         sql = full if len(part) == step else upsert_sql(replica, "sqlite", rows=len(part))
-        conn.exec_driver_sql(sql, tuple(value for row in part for value in row))
+        conn.exec_driver_sql(sql, tuple(chain.from_iterable(part)))
 
 
 def unknown_columns(replica: ReplicaTable, rows: Iterable[Row | None]) -> dict[str, Any]:

@@ -97,6 +97,7 @@ class _Planner:
         self.fold = Fold(state.barriers)
         self.position: Position | None = None
         self._cache: tuple[Position | None, int] = (None, 0)
+        self._read: tuple[Position | None, Guard] = (None, Guard(0, 0))
 
     def feed(self, event: ChangeEvent) -> None:
         op = event.op
@@ -108,9 +109,18 @@ class _Planner:
             if self._holding():
                 self.held.append(event)
             else:
-                self._add(event, Guard(self._major(event), MAX_MINOR))
+                self.fold.add(event, self._read_guard(event))
         else:
             self._change(event)
+
+    def _read_guard(self, event: ChangeEvent) -> Guard:
+        """A dump row's guard: ``(major(H), MAX_MINOR)``; a chunk's rows share H's position."""
+        position = event.position
+        if position is not None and position is self._read[0]:
+            return self._read[1]
+        guard = Guard(self._major(event), MAX_MINOR)
+        self._read = (position, guard)
+        return guard
 
     def _holding(self) -> bool:
         return (self.txn is not None and self.scheme is not None
@@ -204,7 +214,7 @@ class _Planner:
         index = 0
         for event in events:
             if event.op is Op.READ:
-                self._add(event, Guard(self._major(event), MAX_MINOR))
+                self.fold.add(event, self._read_guard(event))
             else:
                 index += 1
                 self._add(event, Guard(major, index))

@@ -27,15 +27,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import msgspec
+
 from dblog.core.model import ChangeEvent, EncodedRow, Key, Op, Row, RowImage, TableId
 from dblog.errors import FatalOutputError
 
 from .guard import Guard
 
 
-@dataclass(frozen=True, slots=True)
-class RowChange:
-    """The last change of one key in a plan; ``row`` is None for a tombstone."""
+class RowChange(msgspec.Struct, frozen=True, gc=False):
+    """The last change of one key in a plan; ``row`` is None for a tombstone.
+
+    A msgspec struct, like :class:`~dblog.core.model.ChangeEvent`: one is built per row of a
+    batch, and a frozen dataclass's constructor cost about 20 times as much."""
 
     key: Key
     guard: Guard
@@ -73,7 +77,8 @@ def decoded(row: RowImage) -> Row:
 
 def decoded_rows(plan: TablePlan) -> list[Row | None]:
     """The after-images of ``plan``'s changes, decoded, in order (None: a tombstone)."""
-    return [None if c.row is None else decoded(c.row) for c in plan.changes]
+    return [row.decode() if isinstance(row, EncodedRow) else row
+            for row in (c.row for c in plan.changes)]
 
 
 class _TableFold:
@@ -117,7 +122,14 @@ class Fold:
         if fold is None:
             fold = self.tables[table] = _TableFold()
         op = event.op
-        if op is Op.TRUNCATE:
+        if (op is Op.READ or op is Op.INSERT or op is Op.UPDATE) and not event.unchanged \
+                and event.old_key is None and event.after is not None:
+            # the common case, as _upsert would do it: no kept columns, no key change
+            key = _key(event.key, event)
+            changes = fold.changes
+            changes.pop(key, None)  # keep the dict in order of last change
+            changes[key] = RowChange(key, guard, event.after, seq=event.seq)
+        elif op is Op.TRUNCATE:
             fold.truncate = guard
             fold.changes.clear()
         elif op is Op.SCHEMA:

@@ -21,6 +21,7 @@ import pytest
 from dblog.core.model import ChangeEvent, ColumnInfo, Key, Op, Row, TableId, TableInfo
 from dblog.errors import FatalOutputError, LeadershipLost, RetryableOutputError
 from dblog.outputs.sql import SqlOutput
+from dblog.replica import POSTGRES, POSTGRES_AT_COMMIT, register_scheme
 from dblog.spi import (
     Checkable,
     Checkpoint,
@@ -128,8 +129,34 @@ def test_replays_of_suffixes_never_regress_or_resurrect(target: Target) -> None:
     assert applied == len(events)
 
 
-def test_an_open_transaction_is_held_until_its_commit(target: Target) -> None:
+def test_an_open_transaction_is_written_up_to_its_last_event(target: Target) -> None:
+    """dblog's PostgreSQL BEGIN carries the commit end: nothing waits for the COMMIT."""
     events = stream("pg", 3, 12)
+    cut = next(i for i, e in enumerate(events) if e.op is Op.BEGIN and i > 3)
+    inside = next(i for i in range(cut + 1, len(events)) if events[i].op is Op.COMMIT)
+    output = target.new_output()
+    output.open(0)
+    output.write(events[:inside])  # up to, not including, a COMMIT
+    assert output.flush() == events[inside - 1].seq
+    assert live(target) == reference(events)[inside]
+    output.write(events[inside:])
+    assert output.flush() == len(events)
+    assert live(target) == reference(events)[-1]
+
+
+@pytest.fixture()
+def held_until_commit() -> Iterator[None]:
+    """A PostgreSQL connector whose BEGIN carries the first LSN: POSTGRES_AT_COMMIT."""
+    register_scheme(POSTGRES_AT_COMMIT)
+    try:
+        yield
+    finally:
+        register_scheme(POSTGRES)
+
+
+@pytest.mark.usefixtures("held_until_commit")
+def test_an_open_transaction_is_held_until_its_commit(target: Target) -> None:
+    events = stream("pg-first-lsn", 3, 12)
     cut = next(i for i, e in enumerate(events) if e.op is Op.BEGIN and i > 3)
     inside = next(i for i in range(cut + 1, len(events)) if events[i].op is Op.COMMIT)
     output = target.new_output()
@@ -158,8 +185,9 @@ def test_the_checkpoint_is_committed_with_the_data(target: Target) -> None:
     assert live(target) == reference(events)[-1]
 
 
+@pytest.mark.usefixtures("held_until_commit")
 def test_a_checkpoint_past_a_held_transaction_is_not_stored(target: Target) -> None:
-    events = stream("pg", 5, 10)
+    events = stream("pg-first-lsn", 5, 10)
     begin = max(i for i, e in enumerate(events) if e.op is Op.BEGIN)
     output = target.new_output()
     output.open(0)

@@ -7,9 +7,10 @@ H, minus the keys changed between L and H (a truncate of the table in the window
 chunk). Positions follow each flavour's log:
 
 * ``pg``: a row's position is its own record's LSN, which may lie before the previous
-  transaction's commit (transactions overlap); BEGIN carries the first LSN, COMMIT the commit
-  end; a chunk's rows carry H's row record LSN, and transactions may commit between that
-  record and H's commit. ``pg-begin``: the same with the commit end on BEGIN.
+  transaction's commit (transactions overlap); BEGIN and COMMIT carry the commit end (as
+  dblog's connector positions them); a chunk's rows carry H's row record LSN, and
+  transactions may commit between that record and H's commit. ``pg-first-lsn``: the same
+  with BEGIN at the transaction's first LSN (replicas then use ``POSTGRES_AT_COMMIT``).
 * ``mysql-gtid``: every event of a transaction carries the GTID set after it (two server
   UUIDs); ``mariadb``: the GTID position after it (two domains, sequence gaps);
   ``binlog``: each event its end offset (rows of one rows event share it; files rotate).
@@ -17,11 +18,13 @@ chunk). Positions follow each flavour's log:
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import msgspec
 import orjson
 
 from dblog.core.model import ChangeEvent, EncodedRow, Key, Op, Row, TableId
@@ -40,7 +43,7 @@ from dblog.replica import (
     scheme_for,
 )
 
-FLAVOURS = ("pg", "pg-begin", "mysql-gtid", "mariadb", "binlog")
+FLAVOURS = ("pg", "pg-first-lsn", "mysql-gtid", "mariadb", "binlog")
 TABLES = (TableId("s", "a"), TableId("s", "b"))
 KEYS = 6
 U1, U2 = "3e11fa47-71ca-11e1-9e33-c80aa9429562", "8a94f357-aab4-11df-86ab-c80aa9429562"
@@ -107,7 +110,7 @@ class Log:
         if self.pg():
             self.lsn = max(self.lsn, start + len(changes)) + self.rnd.randint(1, 30)
         commit = lsn(self.lsn) if self.pg() else self._offset() if shared is None else shared
-        begin = {"pg": lsn(start), "pg-begin": commit, "binlog": None}.get(self.flavour, shared)
+        begin = {"pg": commit, "pg-first-lsn": lsn(start), "binlog": None}.get(self.flavour, shared)
         out = [ChangeEvent(Op.BEGIN, None, position=begin, txid=txid)]
         out += [ChangeEvent(**c, position=p, txid=txid) for c, p in zip(changes, rows, strict=True)]
         out.append(ChangeEvent(Op.COMMIT, None, position=commit, txid=txid))
@@ -262,7 +265,7 @@ def boundaries(events: Sequence[ChangeEvent]) -> list[int]:
 
 def scheme_of(flavour: str) -> GuardScheme | None:
     """The scheme a replica is configured with (None: learnt from the first position)."""
-    return POSTGRES_AT_COMMIT if flavour == "pg" else None
+    return POSTGRES_AT_COMMIT if flavour == "pg-first-lsn" else None
 
 
 # -- replicas with the guard (or tombstones) taken away, to show the tests catch it ---------
@@ -288,10 +291,12 @@ def own_position_plan(plan: Plan, stream: Sequence[ChangeEvent]) -> Plan:
     def own(change: RowChange) -> RowChange:
         event = stream[change.seq - 1]
         assert event.position is not None
-        return replace(change, guard=Guard(scheme_for(event.position).major(event.position),
-                                           change.guard.minor))
-    tables = tuple(replace(t, changes=tuple(own(c) for c in t.changes)) for t in plan.tables)
-    return replace(plan, tables=tables)
+        return msgspec.structs.replace(
+            change, guard=Guard(scheme_for(event.position).major(event.position),
+                                change.guard.minor))
+    tables = tuple(dataclasses.replace(t, changes=tuple(own(c) for c in t.changes))
+                   for t in plan.tables)
+    return dataclasses.replace(plan, tables=tables)
 
 
 VARIANTS: dict[str, Callable[[], MemoryReplica]] = {
