@@ -72,6 +72,10 @@ class DeltaConfig(BaseModel):
     """A flush commits only when the last commit is this old (or commit_every events wait):
     each commit is a MERGE per table with a fixed cost, and the engine asks for a flush every
     second. Acknowledgements lag by as much; 0: every flush commits."""
+    commit_idle_s: float | None = Field(1.0, ge=0)
+    """A flush also commits once events wait and none arrived for this long: the end of a
+    burst (a dump's last rows, a stream gone quiet) is acknowledged after this pause rather
+    than up to ``commit_interval_s`` later. None: only the interval and ``commit_every``."""
     commit_every: int = Field(50_000, ge=1)
     """Commit on its own once this many events are buffered (the engine asks for a flush
     only every flush_interval_s; meanwhile the output keeps writing instead of waiting)."""
@@ -132,7 +136,8 @@ class DeltaOutput:
         self._fence: Callable[[], bool] | None = None
         self._replicas: dict[TableId, DeltaReplica] = {}
         self._ckpt: CheckpointTable | None = None
-        self._buffer = CommitBuffer(self.config.commit_every, self.config.commit_interval_s)
+        self._buffer = CommitBuffer(self.config.commit_every, self.config.commit_interval_s,
+                                    commit_idle_s=self.config.commit_idle_s)
         self._progress = ReplicaProgress(self.name, "delete the Delta tables, then dump the "
                                                     "source again")
         self._tombstones = PurgeSchedule(self.config.tombstone_margin,

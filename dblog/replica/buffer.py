@@ -25,21 +25,23 @@ class CommitBuffer:
       handing the same object again, and that call does not buffer it a second time (any
       other batch, even an equal one, is buffered);
     * :meth:`write` calls ``commit`` as soon as ``commit_every`` events wait, and only then;
-    * :meth:`due` is true when ``commit_every`` events wait or the last commit (or the
-      buffer's creation) is at least ``commit_interval_s`` old on ``clock``; with
-      ``commit_interval_s`` 0 it is always true;
+    * :meth:`due` is true when ``commit_every`` events wait, or the last commit (or the
+      buffer's creation) is at least ``commit_interval_s`` old on ``clock``, or events wait
+      and none arrived for ``commit_idle_s`` (the end of a burst is not held for the whole
+      interval); with ``commit_interval_s`` 0 it is always true;
     * events leave the buffer only through :meth:`committed` (once the caller made them
       durable) or :meth:`clear` (a reopened or deposed output), in the order they came.
     """
 
     def __init__(self, commit_every: int, commit_interval_s: float = 0.0,
-                 clock: Clock = time.monotonic) -> None:
+                 clock: Clock = time.monotonic, commit_idle_s: float | None = None) -> None:
         self.commit_every = commit_every
         self.commit_interval_s = commit_interval_s
+        self.commit_idle_s = commit_idle_s
         self._clock = clock
         self._events: list[ChangeEvent] = []
         self._retrying: Sequence[ChangeEvent] | None = None
-        self._last_commit = clock()
+        self._last_commit = self._last_write = clock()
 
     @property
     def events(self) -> list[ChangeEvent]:
@@ -56,6 +58,8 @@ class CommitBuffer:
         raises, the batch stays the one a retry hands again."""
         if events is not self._retrying:
             self._events.extend(events)
+            if events:
+                self._last_write = self._clock()
             if on_new is not None:
                 on_new(events)
         self._retrying = events
@@ -68,9 +72,13 @@ class CommitBuffer:
         return len(self._events) >= self.commit_every
 
     def due(self) -> bool:
-        """Whether a flush commits now (``commit_every`` or ``commit_interval_s``)."""
-        return (self.commit_interval_s <= 0 or self.full() or
-                self._clock() - self._last_commit >= self.commit_interval_s)
+        """Whether a flush commits now (``commit_every``, ``commit_interval_s`` or
+        ``commit_idle_s``)."""
+        if self.commit_interval_s <= 0 or self.full():
+            return True
+        now, idle = self._clock(), self.commit_idle_s
+        return (now - self._last_commit >= self.commit_interval_s or
+                (idle is not None and bool(self._events) and now - self._last_write >= idle))
 
     def committed(self) -> float:
         """The buffered events are durable: drop them and restart the interval; returns the

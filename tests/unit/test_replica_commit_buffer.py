@@ -1,6 +1,6 @@
 """Unit tests of :class:`dblog.replica.CommitBuffer`: the events a replica output holds until
-its commit, the retried-batch rule and the ``commit_every`` / ``commit_interval_s`` due rule
-on an injected clock."""
+its commit, the retried-batch rule and the ``commit_every`` / ``commit_interval_s`` /
+``commit_idle_s`` due rule on an injected clock."""
 
 from __future__ import annotations
 
@@ -103,6 +103,33 @@ def test_a_flush_is_due_once_the_interval_passed_on_the_clock() -> None:
     assert not buffer.due()
     clock.now += 0.1
     assert buffer.due()
+
+
+def test_a_pause_of_commit_idle_s_after_the_last_write_makes_a_flush_due() -> None:
+    """The end of a burst waits commit_idle_s, not the rest of commit_interval_s; writes
+    that keep coming do not make it due, and nothing waiting is never due by the pause."""
+    clock = FakeClock()
+    buffer = CommitBuffer(commit_every=100, commit_interval_s=10.0, clock=clock,
+                          commit_idle_s=1.0)
+    clock.now += 5
+    assert not buffer.due()  # idle, but nothing waits
+    for _ in range(4):
+        buffer.write(batch(1, 1), lambda: None)
+        clock.now += 0.9
+        assert not buffer.due()
+    buffer.write([], lambda: None)  # an empty batch is no new event
+    clock.now += 0.1
+    assert buffer.due()
+    buffer.committed()
+    buffer.write(batch(2, 1), lambda: None)
+    clock.now += 0.5
+    assert not buffer.due()
+    clock.now += 0.5
+    assert buffer.due()
+    without = CommitBuffer(commit_every=100, commit_interval_s=10.0, clock=clock)
+    without.write(batch(3, 1), lambda: None)
+    clock.now += 9.9
+    assert not without.due()
 
 
 def test_commit_every_waiting_events_make_a_flush_due_before_the_interval() -> None:
