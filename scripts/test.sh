@@ -8,4 +8,4 @@ export DBLOG_REQUIRE_SERVICES="${DBLOG_REQUIRE_SERVICES:-1}"
 PYTHON="${PYTHON:-python3}"
 "$PYTHON" -m ruff check .
 "$PYTHON" scripts/typecheck.py
-"$PYTHON" -m pytest -q "$@"
+"$PYTHON" -m pytest -q --durations=30 "$@"  # the slowest tests, to keep the wall time in check
