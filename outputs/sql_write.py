@@ -164,12 +164,19 @@ def execute_upserts(conn: Connection, replica: ReplicaTable, rows: list[tuple[An
 
 def _sqlite_upserts(conn: Connection, replica: ReplicaTable,
                     rows: list[tuple[Any, ...]]) -> None:
+    """Statements of as many rows as SQLite's variable limit allows, the rest in statements
+    of powers of two: the driver caches each distinct statement (128 per connection, a
+    megabyte or two each at this size), so one per leftover count would grow the memory
+    with every new flush size; these are at most ``log2(step) + 1`` distinct texts."""
     step = max(1, _SQLITE_VARIABLES // len(statement_columns(replica)))
-    full = upsert_sql(replica, "sqlite", rows=step) if len(rows) >= step else ""
-    for i in range(0, len(rows), step):
-        part = rows[i:i + step]
-        sql = full if len(part) == step else upsert_sql(replica, "sqlite", rows=len(part))
-        conn.exec_driver_sql(sql, tuple(chain.from_iterable(part)))
+    texts: dict[int, str] = {}
+    i = 0
+    while i < len(rows):
+        left = len(rows) - i
+        size = step if left >= step else 1 << (left.bit_length() - 1)
+        sql = texts.get(size) or texts.setdefault(size, upsert_sql(replica, "sqlite", rows=size))
+        conn.exec_driver_sql(sql, tuple(chain.from_iterable(rows[i:i + size])))
+        i += size
 
 
 def unknown_columns(replica: ReplicaTable, rows: Iterable[Row | None]) -> dict[str, Any]:
