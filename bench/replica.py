@@ -22,25 +22,36 @@ line on stdout, progress on stderr:
   own dump rate here, which bounds every output's.
 * merge_cost (Delta): the time of one dblog MERGE of 1,000 keys (clustered: consecutive ids;
   scattered: random ids) into a Delta table of S rows, for each S of ``--merge-sizes``.
+* memory: each dblog phase (the dump, the jsonl dump, the stream) runs in a child process of
+  its own (bench/replica_child.py), so its figure is dblog's and not the raw loop's rows held
+  here. ``dump_peak_rss_mb``, ``jsonl_dump_peak_rss_mb``, ``stream_peak_rss_mb``: the child's
+  peak RSS (VmHWM: interpreter, imports, driver buffers and all); ``child_baseline_rss_mb``:
+  the dump child's RSS once its output is built, before the pipeline starts (so the dump's
+  own working memory is the difference); ``bench_process_peak_rss_mb``: this process's peak,
+  which includes the raw loop's rows and says nothing about dblog.
 
 bench/spark.py reuses its source side: the options (``source_args``), loading and cleaning
 the table (``load_source``, ``clean_source``), the timed dump and stream (``timed_dump``,
-``timed_stream``) and the source rows.
+``timed_stream``, from bench/replica_child.py) and the source rows.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import on_source, rss_kb, wait_dump
+from common import on_source, rss_kb
+from replica_child import PHASES, child, run_child
+from replica_child import timed_dump as timed_dump  # bench/spark.py's, re-exported
+from replica_child import timed_stream as timed_stream
 from run import TABLE, drop_slot, load_table, progress
 from sources import PostgresSide, SourceSide, source_side
 
@@ -64,83 +75,6 @@ def source_rows(dsn: str, limit: int | None = None, side: SourceSide | None = No
     finally:
         reader.close()
     return rows
-
-
-def make_output(kind: str, target: str, url: str, side: SourceSide) -> tuple[Any, Any]:
-    """The replica output and the chunk reader giving it the table metadata."""
-    from dblog.outputs.delta import DeltaOutput
-    from dblog.outputs.sql import SqlOutput
-
-    reader = side.chunk_reader()
-    lookup = reader.table_info
-    if kind == "sql":
-        return SqlOutput({"url": url}, tables=lookup), reader
-    return DeltaOutput({"path": url}, tables=lookup), reader
-
-
-def dblog_dump(side: SourceSide, output: Any, workdir: Path, chunk: int,
-               name: str = "bench_rep") -> dict[str, Any]:
-    from dblog.app.pipeline import Pipeline
-    from dblog.engine import EngineSettings
-
-    pipeline = Pipeline(side.pipeline_connector(name), [output],
-                        state_path=str(workdir / f"{name}-state.json"),
-                        settings=EngineSettings(chunk_size=chunk))
-    pipeline.start()
-    try:
-        rows, seconds = timed_dump(pipeline, 3600, side.table)
-    finally:
-        pipeline.stop()
-    return {"rows": rows, "seconds": seconds}
-
-
-def timed_dump(pipeline: Any, timeout_s: float, table: str = TABLE) -> tuple[int, float]:
-    """Dump the benchmark table through the started ``pipeline``: the rows dumped, and the
-    seconds until all of them were committed (``timeout_s`` at most)."""
-    started = time.monotonic()
-    dump_id = pipeline.dump([table])
-    dump, _, flushed_at = wait_dump(pipeline, dump_id, started, timeout_s)
-    return sum(t["rows"] for t in dump["tables"]), flushed_at - started
-
-
-def dblog_stream(side: SourceSide, output: Any, workdir: Path, updates: int) -> dict[str, Any]:
-    """Write the updates while dblog is stopped, then time their consumption."""
-    from dblog.app.pipeline import Pipeline
-    from dblog.engine import EngineSettings
-
-    return timed_stream(side.dsn, updates, lambda: Pipeline(
-        side.pipeline_connector("bench_rep"), [output],
-        state_path=str(workdir / "bench_rep-state.json"), settings=EngineSettings()),
-        side=side)
-
-
-def timed_stream(dsn: str, updates: int, make_pipeline: Callable[[], Any],
-                 wait_s: float = 60.0, side: SourceSide | None = None) -> dict[str, Any]:
-    """Write ``updates`` single-row UPDATEs to the source (``side``, default the PostgreSQL
-    at ``dsn``), then start the pipeline ``make_pipeline`` builds and time it until its
-    committed position passes them (an hour at most); ``wait_s``: how long its start and its
-    stop may take."""
-    own = side is None
-    side = side or PostgresSide(dsn)
-    side.write_updates(updates, slot=None)
-    end = side.end_position()
-    if own:
-        side.disconnect()
-    pipeline = make_pipeline()
-    started = time.monotonic()
-    pipeline.start(wait_ready=wait_s)
-    try:
-        while True:
-            position = pipeline.status()["committed_position"]
-            if position is not None and side.parse(position) >= end:
-                break
-            if time.monotonic() > started + 3600:
-                raise RuntimeError("the stream was not consumed in an hour")
-            time.sleep(0.01)
-        seconds = time.monotonic() - started
-    finally:
-        pipeline.stop(wait_s)
-    return {"updates": updates, "seconds": seconds}
 
 
 def load_source(dsn: str, rows: int) -> None:
@@ -332,21 +266,25 @@ def _measure(args: argparse.Namespace, side: SourceSide, workdir: Path) -> dict[
     rows = source_rows(side.dsn, side=side)
     url, server = prepare_target(args.output, args.target, workdir)
     try:
-        output, reader = make_output(args.output, args.target, url, side)
-        progress(f"dblog dump into {output.name}")
-        dump = dblog_dump(side, output, workdir, args.chunk_size)
-        from dblog.outputs.jsonl import JsonlOutput
-
+        # the dblog phases run in child processes, one each: their peak RSS is dblog's own,
+        # not this process's (which holds ``rows`` for the raw loop)
+        child_args = {"db": side.db, "dsn": side.dsn, "output": args.output,
+                      "target": args.target, "url": url, "workdir": str(workdir),
+                      "chunk_size": args.chunk_size, "updates": args.updates}
+        progress(f"dblog dump into the {args.output} replica (child process)")
+        dump = run_child("dump", child_args)
+        progress(f"dblog dump: peak RSS {dump['peak_rss_mb']:.0f} MB")
         progress("dblog dump into a jsonl file (the engine's own limit in this run)")
-        engine = dblog_dump(side, JsonlOutput({"path": str(workdir / "ref.jsonl")}), workdir,
-                            args.chunk_size, "bench_ref")
-        output, reader2 = make_output(args.output, args.target, url, side)
-        progress(f"dblog stream of {args.updates} updates")
-        stream = dblog_stream(side, output, workdir, args.updates)
+        engine = run_child("jsonl", child_args)
+        progress(f"dblog stream of {args.updates} updates (child process)")
+        stream = run_child("stream", child_args)
+        progress(f"dblog stream: peak RSS {stream['peak_rss_mb']:.0f} MB")
         updated = source_rows(side.dsn, args.updates, side=side)
-        result = raw_side(args, url, rows, updated, workdir, reader, side.table)
-        reader.close()
-        reader2.close()
+        reader = side.chunk_reader()
+        try:
+            result = raw_side(args, url, rows, updated, workdir, reader, side.table)
+        finally:
+            reader.close()
     finally:
         if server is not None:
             server.stop()
@@ -362,7 +300,11 @@ def _measure(args: argparse.Namespace, side: SourceSide, workdir: Path) -> dict[
         "stream_events_per_s": round(stream_rate, 1),
         "raw_stream_events_per_s": round(result["raw_stream"], 1),
         "stream_ratio": round(stream_rate / result["raw_stream"], 4),
-        "peak_rss_mb": round(rss_kb()["VmHWM"] / 1024, 1),
+        "dump_peak_rss_mb": round(dump["peak_rss_mb"], 1),
+        "jsonl_dump_peak_rss_mb": round(engine["peak_rss_mb"], 1),
+        "stream_peak_rss_mb": round(stream["peak_rss_mb"], 1),
+        "child_baseline_rss_mb": round(dump["rss_baseline_mb"], 1),
+        "bench_process_peak_rss_mb": round(rss_kb()["VmHWM"] / 1024, 1),
         "merge_cost": result.get("merge_cost", []),
         "targets": {"dump_ratio": 0.5, "stream_ratio": 0.5},
     }
@@ -396,7 +338,12 @@ def main(argv: list[str] | None = None) -> int:
                         default="postgres", help="the sql output's database")
     parser.add_argument("--merge-sizes", default="1000000",
                         help="Delta table sizes for the MERGE cost (comma-separated)")
+    parser.add_argument("--child", choices=list(PHASES), help=argparse.SUPPRESS)
+    parser.add_argument("--child-args", help=argparse.SUPPRESS)
     args, _ = parser.parse_known_args(argv)
+    if args.child:  # a dblog phase, in a child process of the benchmark (replica_child.py)
+        print(json.dumps(child(args.child, json.loads(args.child_args))), flush=True)
+        return 0
     return on_source(args.db, args.dsn, "dblog-bench-replica-",
                      lambda dsn, workdir: measure(args, dsn, workdir))
 
