@@ -136,7 +136,7 @@ def _database() -> Iterator[str]:
     from dblog.harness.postgres import start_postgres
 
     server = None if os.environ.get("DBLOG_PG_DSN") else start_postgres()
-    admin = os.environ.get("DBLOG_PG_DSN") or server.dsn()  # type: ignore[union-attr]
+    admin = os.environ["DBLOG_PG_DSN"] if server is None else server.dsn()
     name = f"bench_api_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')

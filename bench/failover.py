@@ -195,8 +195,10 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     time.sleep(args.after)
     writer.stop_event.set()
     writer.join(30)
-    target = Lsn.parse(psycopg.connect(bench.dsn, autocommit=True).execute(
-        "SELECT pg_current_wal_lsn()::text").fetchone()[0])  # type: ignore[index]
+    row = psycopg.connect(bench.dsn, autocommit=True).execute(
+        "SELECT pg_current_wal_lsn()::text").fetchone()
+    assert row is not None
+    target = Lsn.parse(row[0])
     wait_until(lambda: (s := bench.state()) is not None and s.position >= target, 120, "catch-up")
     bench.procs["b"].send_signal(signal.SIGTERM)
     bench.procs["b"].wait(30)

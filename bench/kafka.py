@@ -99,7 +99,8 @@ def run_child(phase: str, args: dict[str, Any]) -> dict[str, Any]:
 
 # -- the raw loop (parent) ---------------------------------------------------------------------
 
-Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]
+Header = tuple[str, str | bytes | None]
+Record = tuple[bytes | None, bytes | None, list[Header]]
 
 
 def read_records(bootstrap: str, topic: str, expected: int) -> list[Record]:
@@ -115,7 +116,9 @@ def read_records(bootstrap: str, topic: str, expected: int) -> list[Record]:
     while len(out) < expected and time.monotonic() < deadline:
         for m in consumer.consume(10_000, 1.0):
             if m.error() is None:
-                out.append((m.key(), m.value(), list(m.headers() or [])))
+                headers = m.headers() or []  # a list from a consumer; typed as list or dict
+                out.append((m.key(), m.value(), list(
+                    headers.items() if isinstance(headers, dict) else headers)))
     consumer.close()
     if len(out) != expected:
         raise RuntimeError(f"{topic}: read {len(out)} records, expected {expected}")

@@ -5,9 +5,12 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common import count_ops, rss_kb, wait_dump, wait_stream
+
+if TYPE_CHECKING:
+    from dblog.app.pipeline import Pipeline
 
 DATABASE = "dblog_bench"
 TABLE = f"{DATABASE}.dblog_bench"
@@ -19,7 +22,7 @@ def progress(message: str) -> None:
     print(f"[bench {time.monotonic() - _T0:7.1f}s] {message}", file=sys.stderr, flush=True)
 
 
-def _pipeline(args: dict[str, Any], name: str, start: str | None = None) -> Any:
+def _pipeline(args: dict[str, Any], name: str, start: str | None = None) -> Pipeline:
     from dblog.app.pipeline import Pipeline
     from dblog.connectors.mysql import MysqlConnector
     from dblog.engine import EngineSettings

@@ -240,13 +240,13 @@ def prepare_target(kind: str, target: str, workdir: Path) -> tuple[str, Any]:
                 f"{parts['port']}/bench_replica"), server
     from dblog.harness.mariadb import start_mariadb
 
-    server = start_mariadb()
+    maria = start_mariadb()
     import MySQLdb
 
-    conn = MySQLdb.connect(host="127.0.0.1", port=server.port, user=server.user)
+    conn = MySQLdb.connect(host="127.0.0.1", port=maria.port, user=maria.user)
     conn.cursor().execute("CREATE DATABASE bench_replica")
     conn.close()
-    return "mysql+mysqldb://" + server.dsn("bench_replica").split("://", 1)[1], server
+    return "mysql+mysqldb://" + maria.dsn("bench_replica").split("://", 1)[1], maria
 
 
 def measure(args: argparse.Namespace, dsn: str, workdir: Path) -> dict[str, Any]:

@@ -20,6 +20,7 @@ DUMP_SLOT, STREAM_SLOT = "dblog_kbench_dump", "dblog_kbench_stream"
 
 class SourceSide(Protocol):
     db: str
+    dsn: str
     table: str
 
     def load(self, rows: int) -> None: ...
@@ -88,6 +89,7 @@ class PostgresSide:
         # read before the CHECKPOINT, whose WAL no later transaction would carry it past until
         # the next watermark heartbeat (up to heartbeat_interval_s, 10 s, added to the time)
         row = self.admin.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+        assert row is not None
         self.updates_end = row[0]
         try_checkpoint(self.admin)
         return {}
@@ -101,6 +103,7 @@ class PostgresSide:
         if self.updates_end is not None:
             return Lsn.parse(self.updates_end)
         row = self.admin.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        assert row is not None
         return Lsn.parse(row[0])
 
     def parse(self, text: str) -> Any:

@@ -63,7 +63,8 @@ class RssSampler:
     """The process's RSS (MB) each time the committed row count passes a quarter."""
 
     def __init__(self, pipeline: Any, rows: int) -> None:
-        self.pipeline, self.rows, self.samples = pipeline, rows, {}
+        self.pipeline, self.rows = pipeline, rows
+        self.samples: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -171,8 +172,9 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
                               output_queue_batches=args.queue_batches)
     dump = dblog_dump(args.dsn, output, workdir, settings, args.rows)
     progress(f"dump: {dump}")
-    dump_batches = {**latency(output.batch_seconds),
-                    "step_seconds": {k: round(v, 2) for k, v in output.timings.items()}}
+    dump_batches: dict[str, Any] = {
+        **latency(output.batch_seconds),
+        "step_seconds": {k: round(v, 2) for k, v in output.timings.items()}}
     output = SparkOutput(config, tables=reader.table_info, session=spark)
     stream = dblog_stream(args.dsn, output, workdir, settings, args.updates)
     progress(f"stream: {stream}")
