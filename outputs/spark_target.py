@@ -87,6 +87,27 @@ class Snapshot:
             StructType.fromJson(json.loads(self.schema_json))
 
 
+def newest_txn(log: Any, version: int, app: str) -> int | None:
+    """``app``'s transaction version as the commit file of ``version`` (the snapshot's newest
+    commit) records it; None when that commit holds none for ``app`` (or is not a file of the
+    log). Where it holds one, it is what ``snapshot.transactions()`` answers: the log replay
+    keeps the last ``txn`` action per app id, and no commit of the snapshot comes after this
+    one. Reading the one JSON file (a listing and a read through the table's LogStore) spares
+    the state reconstruction ``transactions()`` runs as a Spark job after every new commit."""
+    changes = log.getChanges(version, False)
+    if not changes.hasNext():
+        return None
+    commit = changes.next()
+    if int(commit._1()) != version:
+        return None
+    actions = commit._2()
+    for i in range(actions.size()):
+        action = actions.apply(i)
+        if action.getClass().getSimpleName() == "SetTransaction" and action.appId() == app:
+            return int(action.version())
+    return None
+
+
 class SparkDeltaTable:
     """A Delta table: ``ident`` in SQL, ``location`` for its log."""
 
@@ -119,10 +140,13 @@ class SparkDeltaTable:
         snap = log.update(False, none, none)
         if snap.version() < 0:
             return Snapshot(-1, None, None, None, None)
-        txn = snap.transactions().get(app)
+        txn = newest_txn(log, int(snap.version()), app)
+        if txn is None:
+            found = snap.transactions().get(app)
+            txn = int(found.get()) if found.isDefined() else None
         conf = snap.metadata().configuration()
         key, epoch = conf.get(KEY_PROPERTY), conf.get(EPOCH_PROPERTY)
-        return Snapshot(int(snap.version()), int(txn.get()) if txn.isDefined() else None,
+        return Snapshot(int(snap.version()), txn,
                         str(key.get()) if key.isDefined() else None,
                         int(epoch.get()) if epoch.isDefined() else None,
                         str(snap.schema().json()))
@@ -131,10 +155,12 @@ class SparkDeltaTable:
 class Fence:
     """Fenced commits of one pipeline at one epoch (see the module docstring).
 
-    The log is read once per table and run (a snapshot costs a Spark job when the table
-    changed); afterwards the fence knows the version it committed last, and a newer epoch
-    shows as a MERGE delta-spark skipped. A DELETE does not tell a skip (nor one that matched
-    nothing and committed nothing), so the log is read again after it."""
+    The log is read once per table and run; afterwards the fence knows the version it
+    committed last, and a newer epoch shows as a MERGE delta-spark skipped. A DELETE does not
+    tell a skip (nor one that matched nothing and committed nothing), nor does an append, so
+    the log is read again after them. A read takes this pipeline's transaction from the newest
+    commit file when that commit carries one (:func:`newest_txn`: the case after this
+    fence's own commit), and only otherwise from the snapshot's state (a Spark job)."""
 
     def __init__(self, spark: SparkSession, pipeline: str, epoch: int) -> None:
         self.spark, self.pipeline, self.epoch = spark, pipeline, epoch
@@ -182,7 +208,9 @@ class Fence:
     def commit_blind(self, table: SparkDeltaTable, seq: int, action: Callable[[], None]) -> None:
         """Run ``action`` (an append) as a fenced commit and read the log after it: the
         commit must be there under this epoch's version (delta-spark skips a write whose
-        version a newer epoch passed, silently)."""
+        version a newer epoch passed, silently). The read is cheap when it landed: the
+        newest commit then carries this version (:func:`newest_txn`); anything else (a
+        skip, or a commit after it) is decided from the snapshot's state, as before."""
         version = self.version(table, seq)
         self._under(version, action)
         found = self.check(table).txn  # raises LeadershipLost where a newer epoch wrote

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -228,6 +228,76 @@ def _claim_meanwhile(writer: SparkOutput, successor: SparkOutput, method: str) -
     setattr(delta.fence, method, claimed_meanwhile)
     return used  # non-empty once the race was run
 
+
+
+def test_a_deposed_leaders_checkpoint_is_refused(spark_session: SparkSession,
+                                                 tmp_path: Path) -> None:
+    """Leader 1's table commits land, then a successor claims before leader 1 writes the
+    checkpoint row (first before the row's fence computes its version, then between that and
+    the command): each write is refused, and the row stays the one leader 1 wrote before."""
+    from dblog.spi import Checkpoint
+
+    config = {"type": "spark", "commit_interval_s": 0,
+              "sinks": [{"type": "delta", "path": str(tmp_path / "d"),
+                         "checkpoint_interval_s": 0}]}
+    seq = iter(range(1, 1000))
+
+    def flushed(out: SparkOutput, base: int, rows: dict[int, str]) -> int:
+        events = _events(ITEMS, base, rows)
+        for event in events:
+            event.seq = next(seq)
+        out.write(events)
+        position = events[-1].position
+        assert position is not None
+        state: dict[str, object] = {"seq": events[-1].seq, "dumps": [],
+                                    "position": position.encode()}
+        out.flush_checkpoint(Checkpoint("ckpt", out.epoch, state))
+        return events[-1].seq
+
+    def leader(epoch: int) -> SparkOutput:
+        out = SparkOutput(config, tables=_items_lookup, session=spark_session)
+        out.bind("ckpt", epoch)
+        out.open(0)
+        return out
+
+    def stored() -> list[tuple[int, int]]:
+        frame = spark_session.read.format("delta").load(str(tmp_path / "d" / "_dblog_checkpoint"))
+        return [(r["epoch"], r["seq"]) for r in frame.where("pipeline = 'ckpt'").collect()]
+
+    first = leader(1)
+    kept = (1, flushed(first, 0x100, {1: "one"}))
+    assert stored() == [kept]
+    _claim_before_checkpoint(first, leader, 2, "write")
+    with pytest.raises(LeadershipLost):
+        flushed(first, 0x200, {2: "zombie"})  # its table commit (an append) lands first
+    assert stored() == [kept]
+
+    second = leader(3)
+    kept = (3, flushed(second, 0x300, {1: "three"}))  # key 1 is stored: a MERGE
+    assert stored() == [kept]
+    _claim_before_checkpoint(second, leader, 4, "commit")
+    with pytest.raises(LeadershipLost):
+        flushed(second, 0x400, {1: "late"})
+    assert stored() == [kept]
+
+
+def _claim_before_checkpoint(writer: SparkOutput, leader: Callable[[int], SparkOutput],
+                             epoch: int, where: str) -> None:
+    """A leader at ``epoch`` opens (claims every table) when ``writer`` is about to write its
+    checkpoint row: ``write`` before the row's fenced commit computes its version, ``commit``
+    after it computed the version and before the command runs."""
+    delta = writer._delta
+    assert delta is not None and delta.checkpoint is not None
+    ckpt = delta.checkpoint
+    owner: Any = ckpt if where == "write" else delta.fence
+    real = getattr(owner, where)
+
+    def claimed_first(*args: Any) -> Any:
+        if where == "write" or args[0].location == ckpt.table.location:
+            leader(epoch)
+        return real(*args)
+
+    setattr(owner, where, claimed_first)
 
 # -- bad input ------------------------------------------------------------------------------
 
