@@ -12,8 +12,9 @@ acknowledges once Spark returned from all of them: a checkpoint the engine may a
 ahead of what Kafka holds. The checkpoint row (a MERGE of its own, about a second here) is
 written when the flush carries a checkpoint (``flush_checkpoint``) or the guard scheme or a
 truncate barrier changed; a commit of ``write`` (``commit_every`` reached) leaves it alone.
-With a Delta sink the flush covers the events up to the apply plan's ``through_seq`` (a
-PostgreSQL transaction waits for its COMMIT); the Kafka sinks send the same events.
+With a Delta sink the flush covers the events up to the apply plan's ``through_seq`` (the
+batch's last event; a PostgreSQL transaction waits for its COMMIT only under
+``POSTGRES_AT_COMMIT``); the Kafka sinks send the same events.
 
 The session is started once per run when ``open`` is called (``local[*]`` by default), or is
 the caller's (``SparkOutput(config, session=spark)``, dblog embedded in a Spark driver). The
@@ -68,7 +69,8 @@ class SparkOutput:
         self._fence: Callable[[], bool] | None = None
         self._delta: SparkDeltaWriter | None = None
         self._kafka: list[SparkKafkaWriter] = []
-        self._buffer = CommitBuffer(self.config.commit_every, self.config.commit_interval_s)
+        self._buffer = CommitBuffer(self.config.commit_every, self.config.commit_interval_s,
+                                    commit_idle_s=self.config.commit_idle_s)
         self._unsent: list[ChangeEvent] = []  # not sent to the Kafka sinks yet
         self._progress = ReplicaProgress(self.name, "delete the Delta tables, then dump the "
                                                     "source again")

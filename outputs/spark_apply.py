@@ -6,13 +6,14 @@ checkpoint keeps the offsets. ``dblog spark-apply --config job.yaml`` runs it; s
 
 The guard of a record is its place in Kafka, ``(major, minor) = (offset, partition)``. Why not
 the source's guard: the records of one table's topic do not carry the transaction's commit
-position a PostgreSQL guard needs (BEGIN/COMMIT are not in table topics), and dblog keeps a
-key's records in one partition in stream order, so a key's offsets are its stream order. A
-record sent again (an at-least-once repeat after a capture crash) comes later with the same
-content, and a micro-batch Spark runs again after a crash of the job meets its own rows
-(equal guards, no change). A truncate is a record on every partition of its table's topic:
-each deletes the rows of its own partition below its offset (``minor = p AND major < o``).
-This needs a fixed partition count (adding partitions moves keys, for every Kafka consumer).
+position a PostgreSQL guard needs (only BEGIN/COMMIT carry it; they are not in table topics),
+and dblog keeps a key's records in one partition in stream order, so a key's offsets are its
+stream order. A record sent again (an at-least-once repeat after a capture crash) comes later
+with the same content, and a micro-batch Spark runs again after a crash of the job meets its
+own rows (equal guards, no change). A truncate is a record on every partition of its table's
+topic: each deletes the rows of its own partition below its offset
+(``minor = p AND major < o``). This needs a fixed partition count (adding partitions moves
+keys, for every Kafka consumer).
 
 Each micro-batch is collected to the driver (``max_offsets_per_trigger`` bounds it) and
 reduced by the apply core (last change per key, tombstones, kept TOAST columns) before its
