@@ -8,6 +8,7 @@ import contextlib
 import json
 import resource
 import statistics
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -15,6 +16,19 @@ from pathlib import Path
 from typing import Any
 
 TARGETS = {"dump_ratio": 0.5, "stream_ratio": 0.5}
+
+
+def child_result(command: list[str], phase: str) -> dict[str, Any]:
+    """Run a benchmark child process (stderr passes through); the last JSON object line it
+    printed on stdout."""
+    proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=None, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"dblog {phase} child failed with exit code {proc.returncode}")
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"dblog {phase} child printed no result: {proc.stdout[-500:]!r}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
 
 
 def rss_kb() -> dict[str, int]:

@@ -12,14 +12,13 @@ mark of the whole child process).
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common import rss_kb, wait_dump
+from common import child_result, rss_kb, wait_dump
 from run import TABLE
 from sources import PostgresSide, SourceSide, source_side
 
@@ -132,14 +131,5 @@ def child(phase: str, args: dict[str, Any]) -> dict[str, Any]:
 
 def run_child(phase: str, args: dict[str, Any]) -> dict[str, Any]:
     """Run ``phase`` in a child process (bench/replica.py ``--child``); its JSON result."""
-    proc = subprocess.run(
-        [sys.executable, str(REPLICA), "--output", args["output"], "--child", phase,
-         "--child-args", json.dumps(args)],
-        stdout=subprocess.PIPE, stderr=None, text=True, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"dblog {phase} child failed with exit code {proc.returncode}")
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        raise RuntimeError(f"dblog {phase} child printed no result: {proc.stdout[-500:]!r}")
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
+    return child_result([sys.executable, str(REPLICA), "--output", args["output"], "--child",
+                         phase, "--child-args", json.dumps(args)], phase)

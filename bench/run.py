@@ -30,14 +30,13 @@ import platform
 import select
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from common import count_ops, rss_kb, summary, wait_dump, wait_stream
+from common import child_result, count_ops, rss_kb, summary, wait_dump, wait_stream
 
 TABLE_SCHEMA = "public"
 TABLE_NAME = "dblog_bench"
@@ -319,18 +318,8 @@ def run_child(phase: str, args: dict[str, Any]) -> dict[str, Any]:
     if args.get("py_spy"):  # sample the child with py-spy (collapsed stacks, idle included)
         wrapper = ["py-spy", "record", "--idle", "--threads", "--rate", "250", "--format", "raw",
                    "-o", str(Path(args["py_spy"]) / f"{phase}.txt"), "--"]
-    proc = subprocess.run(
-        [*wrapper, sys.executable, os.path.abspath(__file__), "--child", phase, "--child-args",
-         json.dumps(args)],
-        stdout=subprocess.PIPE, stderr=None, text=True, check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"dblog {phase} child failed with exit code {proc.returncode}")
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        raise RuntimeError(f"dblog {phase} child printed no result: {proc.stdout[-500:]!r}")
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
+    return child_result([*wrapper, sys.executable, os.path.abspath(__file__), "--child", phase,
+                         "--child-args", json.dumps(args)], phase)
 
 
 # ----------------------------------------------------------------------------------------------
