@@ -14,7 +14,7 @@ import itertools
 import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -129,19 +129,39 @@ def test_replays_of_suffixes_never_regress_or_resurrect(target: Target) -> None:
     assert applied == len(events)
 
 
-def test_an_open_transaction_is_written_up_to_its_last_event(target: Target) -> None:
-    """dblog's PostgreSQL BEGIN carries the commit end: nothing waits for the COMMIT."""
-    events = stream("pg", 3, 12)
-    cut = next(i for i, e in enumerate(events) if e.op is Op.BEGIN and i > 3)
-    inside = next(i for i in range(cut + 1, len(events)) if events[i].op is Op.COMMIT)
+class CutInside(NamedTuple):
+    events: list[ChangeEvent]
+    begin: int
+    """The index of the cut transaction's BEGIN."""
+    commit: int
+    """The index of its COMMIT: the first flush had the events before it."""
+    acknowledged: int
+    """What the first flush returned."""
+    seen: Any
+    """What a reader of the target saw after the first flush."""
+
+
+def _flushed_inside_a_transaction(target: Target, flavour: str) -> CutInside:
+    """A stream flushed once inside a transaction (before its COMMIT), then whole (the
+    target must then equal the replay of the whole stream)."""
+    events = stream(flavour, 3, 12)
+    begin = next(i for i, e in enumerate(events) if e.op is Op.BEGIN and i > 3)
+    commit = next(i for i in range(begin + 1, len(events)) if events[i].op is Op.COMMIT)
     output = target.new_output()
     output.open(0)
-    output.write(events[:inside])  # up to, not including, a COMMIT
-    assert output.flush() == events[inside - 1].seq
-    assert live(target) == reference(events)[inside]
-    output.write(events[inside:])
+    output.write(events[:commit])
+    acknowledged, seen = output.flush(), live(target)
+    output.write(events[commit:])
     assert output.flush() == len(events)
     assert live(target) == reference(events)[-1]
+    return CutInside(events, begin, commit, acknowledged, seen)
+
+
+def test_an_open_transaction_is_written_up_to_its_last_event(target: Target) -> None:
+    """dblog's PostgreSQL BEGIN carries the commit end: nothing waits for the COMMIT."""
+    cut = _flushed_inside_a_transaction(target, "pg")
+    assert cut.acknowledged == cut.events[cut.commit - 1].seq
+    assert cut.seen == reference(cut.events)[cut.commit]
 
 
 @pytest.fixture()
@@ -156,17 +176,9 @@ def held_until_commit() -> Iterator[None]:
 
 @pytest.mark.usefixtures("held_until_commit")
 def test_an_open_transaction_is_held_until_its_commit(target: Target) -> None:
-    events = stream("pg-first-lsn", 3, 12)
-    cut = next(i for i, e in enumerate(events) if e.op is Op.BEGIN and i > 3)
-    inside = next(i for i in range(cut + 1, len(events)) if events[i].op is Op.COMMIT)
-    output = target.new_output()
-    output.open(0)
-    output.write(events[:inside])  # up to, not including, a COMMIT
-    assert output.flush() == events[cut].seq - 1
-    assert live(target) == reference(events)[cut]
-    output.write(events[inside:])
-    assert output.flush() == len(events)
-    assert live(target) == reference(events)[-1]
+    cut = _flushed_inside_a_transaction(target, "pg-first-lsn")
+    assert cut.acknowledged == cut.events[cut.begin].seq - 1
+    assert cut.seen == reference(cut.events)[cut.begin]
 
 
 def test_the_checkpoint_is_committed_with_the_data(target: Target) -> None:
