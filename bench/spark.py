@@ -51,9 +51,10 @@ from run import TABLE, progress
 SLOT = "bench_rep"  # replica.dblog_stream resumes on this slot
 
 
-def session_config(master: str, path: str, commit_interval_s: float) -> dict[str, Any]:
+def session_config(master: str, path: str, commit_interval_s: float,
+                   commit_idle_s: float | None = None) -> dict[str, Any]:
     return {"type": "spark", "master": master, "app_name": "dblog-bench",
-            "commit_interval_s": commit_interval_s,
+            "commit_interval_s": commit_interval_s, "commit_idle_s": commit_idle_s,
             "conf": {"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "2",
                      "spark.ui.enabled": "false"},
             "sinks": [{"type": "delta", "path": path}]}
@@ -161,7 +162,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
     workdir = Path(args.workdir)
     config = SparkConfig(**session_config(args.master, str(workdir / "delta"),
-                                          args.commit_interval))
+                                          args.commit_interval, args.commit_idle))
     started = time.monotonic()
     spark, _ = start_session(config, kafka=False)
     session_s = time.monotonic() - started
@@ -198,6 +199,7 @@ def report(args: argparse.Namespace, got: dict[str, Any]) -> dict[str, Any]:
     return {
         "db": "postgres", "output": "spark-delta", "master": args.master,
         "commit_interval_s": args.commit_interval,
+        "commit_idle_s": args.commit_idle,
         "output_queue_batches": args.queue_batches,
         "rows": dump["rows"], "updates": stream["updates"],
         "session_start_s": got["session_start_s"],
@@ -244,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit-interval", type=float, default=2.0,
                         help="the output's commit_interval_s (the stream's last flush waits "
                              "for it)")
+    parser.add_argument("--commit-idle", type=float, default=1.0,
+                        help="the output's commit_idle_s (the end of the dump and of the "
+                             "stream is written this long after their last event)")
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args, _ = parser.parse_known_args(argv)

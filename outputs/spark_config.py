@@ -127,10 +127,11 @@ class SparkConfig(BaseModel):
     """A flush writes only when the last one is this old (or commit_every events wait): each
     is a Spark job per sink and table with a fixed cost of about a second, and the engine asks
     for a flush every second. Acknowledgements lag by as much; 0: every flush writes."""
-    commit_idle_s: float | None = Field(1.0, ge=0)
+    commit_idle_s: float | None = Field(None, ge=0)
     """A flush also writes once events wait and none arrived for this long: the end of a burst
     (a dump's last rows, a stream gone quiet) is acknowledged after this pause rather than up
-    to ``commit_interval_s`` later. None: only the interval and ``commit_every``."""
+    to ``commit_interval_s`` later. Off (None) by default: under a trickle of events it writes
+    about once per pause, and each write costs Spark jobs and a Delta version."""
     commit_every: int = Field(100_000, ge=1)
     """Write on its own once this many events are buffered (bounds the buffer). Larger than
     the delta output's 50,000: a Spark commit's fixed cost (a job per table and the checkpoint
