@@ -10,6 +10,7 @@ import subprocess
 import sys
 import traceback
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,13 @@ def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> 
     return done.stdout + done.stderr
 
 
+def cli_all(calls: list[tuple[list[str], float]]) -> list[str]:
+    """:func:`cli` of each ``(args, timeout)``, run at the same time (most of their time is
+    spent waiting for refused connections and their retries), outputs in order."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(lambda call: cli(*call[0], timeout=call[1]), calls))
+
+
 def _text(part: str | bytes | None) -> str:
     return part.decode(errors="replace") if isinstance(part, bytes) else part or ""
 
@@ -73,22 +81,27 @@ def seen(tmp_path: Path) -> Iterator[list[str]]:
 
 
 def test_failing_commands_print_no_password(tmp_path: Path, seen: list[str]) -> None:
+    calls: list[tuple[list[str], float]] = []
+
+    def call(command: str, source: str, timeout: float = 120) -> None:
+        folder = tmp_path / f"call{len(calls)}"  # the calls run at the same time
+        folder.mkdir()
+        calls.append(([command, "--config", str(config_file(folder, source))], timeout))
+
     for unparseable in (f'"host=127.0.0.1 port=1 user=u password {PASSWORD}"',
                         f'"host=127.0.0.1 port=1 user=u password=ab {PASSWORD}"'):
         for command in ("check", "run", "status"):  # libpq: missing "=" after "<password>"
-            seen.append(cli(command, "--config", str(config_file(
-                tmp_path, f"{{type: postgres, dsn: {unparseable}}}"))))
+            call(command, f"{{type: postgres, dsn: {unparseable}}}")
     refused = f"'host=127.0.0.1 port=1 user=u password={PASSWORD} connect_timeout=2'"
     for command in ("check", "run"):  # nothing listens: connection errors
-        seen.append(cli(command, "--config", str(config_file(
-            tmp_path, f"{{type: postgres, dsn: {refused}}}")), timeout=20))
+        call(command, f"{{type: postgres, dsn: {refused}}}", timeout=20)
     url = f"'postgresql://u:{PASSWORD}@127.0.0.1:1/db?connect_timeout=2'"
-    seen.append(cli("run", "--config", str(config_file(
-        tmp_path, f"{{type: postgres, dsn: {url}}}")), timeout=20))
-    mysql = f"{{type: mysql, dsn: 'mysql://u:{PASSWORD}@127.0.0.1:notaport/'}}"
-    seen.append(cli("check", "--config", str(config_file(tmp_path, mysql))))
-    bad_key = f"{{type: postgres, dsn: 'password={PASSWORD}', slot: 'Bad-Slot'}}"
-    seen.append(cli("check", "--config", str(config_file(tmp_path, bad_key))))
+    call("run", f"{{type: postgres, dsn: {url}}}", timeout=20)
+    call("check", f"{{type: mysql, dsn: 'mysql://u:{PASSWORD}@127.0.0.1:notaport/'}}")
+    call("check", f"{{type: postgres, dsn: 'password={PASSWORD}', slot: 'Bad-Slot'}}")
+    outputs = cli_all(calls)
+    assert all(outputs), [c for c, o in zip(calls, outputs, strict=True) if not o]
+    seen.extend(outputs)
 
 
 def test_yaml_errors_never_show_a_substituted_password(tmp_path: Path,
@@ -191,17 +204,21 @@ def test_refused_requests_a_removed_output_and_damaged_state_show_no_password(
 def test_a_mariadb_source_and_a_zookeeper_state_that_cannot_be_reached_show_no_password(
         tmp_path: Path, seen: list[str]) -> None:
     mysql = f"{{type: mariadb, dsn: 'mysql://u:{PASSWORD}@127.0.0.1:1/db', server_id: 77}}"
-    for command in ("check", "run"):
-        output = cli(command, "--config", str(config_file(tmp_path, mysql)), timeout=10)
-        assert "127.0.0.1" in output, output  # the failure was reached and reported
-        seen.append(output)
     postgres = f"{{type: postgres, dsn: 'host=127.0.0.1 port=1 password={PASSWORD}'}}"
     zookeeper = config_file(tmp_path, postgres).read_text().replace(
         f"state: {{type: file, path: '{tmp_path / 'state.json'}'}}",
         "state: {type: zookeeper, hosts: '127.0.0.1:1'}")
-    path = tmp_path / "zk.yaml"
-    path.write_text(zookeeper)
-    for command in ("run", "status"):
-        output = cli(command, "--config", str(path), timeout=10)
+    zk_path = tmp_path / "zk.yaml"
+    zk_path.write_text(zookeeper)
+    calls: list[tuple[list[str], float]] = []
+    for command in ("check", "run"):
+        folder = tmp_path / f"maria-{command}"  # the calls run at the same time
+        folder.mkdir()
+        calls.append(([command, "--config", str(config_file(folder, mysql))], 10))
+    calls += [([command, "--config", str(zk_path)], 10) for command in ("run", "status")]
+    outputs = cli_all(calls)
+    for output in outputs[:2]:
+        assert "127.0.0.1" in output, output  # the failure was reached and reported
+    for output in outputs[2:]:
         assert "127.0.0.1(127.0.0.1):1" in output or "zookeeper" in output.lower(), output
-        seen.append(output)
+    seen.extend(outputs)
