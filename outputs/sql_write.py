@@ -174,7 +174,9 @@ def _sqlite_upserts(conn: Connection, replica: ReplicaTable,
     while i < len(rows):
         left = len(rows) - i
         size = step if left >= step else 1 << (left.bit_length() - 1)
-        sql = texts.get(size) or texts.setdefault(size, upsert_sql(replica, "sqlite", rows=size))
+        sql = texts.get(size)
+        if sql is None:
+            sql = texts[size] = upsert_sql(replica, "sqlite", rows=size)
         conn.exec_driver_sql(sql, tuple(chain.from_iterable(rows[i:i + size])))
         i += size
 

@@ -97,7 +97,7 @@ class _Planner:
         self.fold = Fold(state.barriers)
         self.position: Position | None = None
         self._cache: tuple[Position | None, int] = (None, 0)
-        self._read: tuple[Position | None, Guard] = (None, Guard(0, 0))
+        self._read = Guard(-1, MAX_MINOR)
 
     def feed(self, event: ChangeEvent) -> None:
         op = event.op
@@ -114,13 +114,11 @@ class _Planner:
             self._change(event)
 
     def _read_guard(self, event: ChangeEvent) -> Guard:
-        """A dump row's guard: ``(major(H), MAX_MINOR)``; a chunk's rows share H's position."""
-        position = event.position
-        if position is not None and position is self._read[0]:
-            return self._read[1]
-        guard = Guard(self._major(event), MAX_MINOR)
-        self._read = (position, guard)
-        return guard
+        """A dump row's guard: ``(major(H), MAX_MINOR)``, one object for a chunk's rows."""
+        major = self._major(event)
+        if self._read.major != major:
+            self._read = Guard(major, MAX_MINOR)
+        return self._read
 
     def _holding(self) -> bool:
         return (self.txn is not None and self.scheme is not None
