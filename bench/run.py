@@ -12,7 +12,9 @@ on the same server, over the same table:
 * stream: N single-row UPDATEs in transactions of 1,000, written while no consumer runs, then
           consumed by dblog (to a jsonl file) and by a bare wal2json replication consumer (same
           plugin options, same JSON decoder). Both slots are created together before the updates,
-          so both consume exactly the same changes; only consumption is timed.
+          so both consume exactly the same changes; only consumption is timed. A third slot is
+          read by ``pg_recvlogical`` to /dev/null (``server_wal2json_events_per_s``): the
+          server's own decoding rate, the ceiling of any consumer of the stream.
 
 The dblog side runs in child processes (this script with the hidden ``--child`` flag), one per
 phase, so its peak RSS is not polluted by the baseline. ``--profile DIR`` runs the dblog
@@ -44,6 +46,7 @@ TABLE = f"{TABLE_SCHEMA}.{TABLE_NAME}"
 DUMP_SLOT = "dblog_bench_dump"
 STREAM_SLOT = "dblog_bench_stream"
 RAW_SLOT = "raw_slot"
+RECV_SLOT = "dblog_bench_recvlogical"
 RAW_RUNS = 4  # timed raw dumps, half before and half after the dblog dump
 TX_SIZE = 1000
 
@@ -322,12 +325,29 @@ def run_child(phase: str, args: dict[str, Any]) -> dict[str, Any]:
                          "--child-args", json.dumps(args)], phase)
 
 
+def server_ceiling(dsn: str, add_tables: str, end_lsn: str, rows: int,
+                   timeout_s: float) -> float | None:
+    """Update events/s of pg_recvlogical reading its slot with dblog's plugin options: the
+    server's logical decoding alone (None without the tool)."""
+    from pg_recvlogical import recvlogical_seconds
+
+    from dblog.connectors.postgres.wal2json import WAL2JSON_OPTIONS
+
+    progress(f"pg_recvlogical on {RECV_SLOT} (the server's own rate)")
+    seconds = recvlogical_seconds(dsn, RECV_SLOT, {**WAL2JSON_OPTIONS, "add-tables": add_tables},
+                                  end_lsn, timeout_s)
+    if seconds is None:
+        return None
+    progress(f"pg_recvlogical: {rows} updates in {seconds:.2f}s = {rows / seconds:,.0f} ev/s")
+    return round(rows / seconds, 1)
+
+
 # ----------------------------------------------------------------------------------------------
 # the benchmark
 # ----------------------------------------------------------------------------------------------
 
 
-BENCH_SLOTS = (DUMP_SLOT, STREAM_SLOT, f"{RAW_SLOT}_0", f"{RAW_SLOT}_1")
+BENCH_SLOTS = (DUMP_SLOT, STREAM_SLOT, f"{RAW_SLOT}_0", f"{RAW_SLOT}_1", RECV_SLOT)
 
 
 def bench(dsn: str, rows: int, chunk_size: int, workdir: Path, timeout_s: float, *,
@@ -397,7 +417,7 @@ def _measure(admin: Any, dsn: str, rows: int, chunk_size: int, workdir: Path, ti
     # the raw consumer runs once before and once after dblog (own slot each); mean of the two
     progress("creating the dblog and raw slots, then running the updates")
     raw_slots = [f"{RAW_SLOT}_{i}" for i in range(2)]
-    for slot in (STREAM_SLOT, *raw_slots):
+    for slot in (STREAM_SLOT, *raw_slots, RECV_SLOT):
         admin.execute("SELECT pg_create_logical_replication_slot(%s, 'wal2json')", (slot,))
     update_s = time.monotonic()
     admin.execute(UPDATE_SQL.format(rows=rows))
@@ -429,6 +449,8 @@ def _measure(admin: Any, dsn: str, rows: int, chunk_size: int, workdir: Path, ti
         raise RuntimeError(f"dblog wrote {stream['updates']} update events, expected {rows}")
     drop_slot(admin, STREAM_SLOT)
     timed_raw_stream(raw_slots[1])
+    ceiling = server_ceiling(dsn, add_tables, end_lsn, rows, timeout_s)
+    drop_slot(admin, RECV_SLOT)
     result, rates = summary("postgres", rows, chunk_size, dump, raw_runs, stream,
                             raw_stream_runs)
     return {
@@ -443,6 +465,7 @@ def _measure(admin: Any, dsn: str, rows: int, chunk_size: int, workdir: Path, ti
             "stream_seconds_to_running": round(stream["seconds_to_running"], 3),
             "stream_events_per_s_to_emitted": round(rows / stream["seconds_to_emitted"], 1),
             "raw_stream_events_per_s_runs": [round(r, 1) for r in raw_stream_runs],
+            "server_wal2json_events_per_s": ceiling,
             # the machine's speed drifts between runs: the ratios against the fastest raw run
             # are the conservative reading
             "dump_ratio_vs_fastest_raw": round(rates["dump"] / max(raw_runs), 4),
