@@ -157,11 +157,13 @@ class RecordPlanner:
     def _records(self, event: ChangeEvent, table: TableId) -> list[Record]:
         info = self.tables(table)
         records = self.format.encode_records(event, info)
-        if not self.tombstones or (event.op is not Op.DELETE and event.old_key is None):
-            return records
         if event.old_key is not None and event.op is Op.UPDATE and records and \
                 all(r.key == records[-1].key for r in records):
+            # the old key's delete whether or not tombstones follow it: without it a
+            # consumer keyed by the old key (or a compacted topic) keeps the old row
             records = self.format.encode_records(old_key_delete(event), info) + records
+        if not self.tombstones or (event.op is not Op.DELETE and event.old_key is None):
+            return records
         return with_tombstones(records, event)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from dblog.core.model import ChangeEvent, Op
+from dblog.core.model import ChangeEvent, Op, TableId
 from dblog.formats.base import format_by_name
 from dblog.outputs.kafka_records import RecordPlanner
 
@@ -38,3 +38,20 @@ def test_a_format_without_markers_sends_nothing_to_the_transaction_topic() -> No
 
 def test_without_a_transaction_topic_markers_send_nothing() -> None:
     assert _planner("native", None).plan(ChangeEvent(Op.BEGIN, None, txid=7, seq=1)) == []
+
+
+@pytest.mark.parametrize("tombstones", [True, False])
+def test_a_key_change_deletes_the_old_key_with_or_without_tombstones(tombstones: bool) -> None:
+    """``tombstones`` decides the null records only: the old key's delete is always sent, or a
+    consumer keyed by the old key (a compacted topic, a KTable) keeps the old row."""
+    planner = RecordPlanner(format_by_name("native", {}), "{prefix}.{schema}.{table}",
+                            {"prefix": "p"}, None, tombstones, lambda topic: 1,
+                            lambda table: None)
+    event = ChangeEvent(Op.UPDATE, TableId("public", "t"), (2,), before={"id": 1},
+                        after={"id": 2}, old_key=(1,), seq=5)
+    records = planner.plan_batch([event])
+    shape = [(r.key, None if r.value is None else orjson.loads(r.value)["op"])
+             for r in records]
+    expected = [(b"[1]", "delete"), (b"[1]", None), (b"[2]", "update")] if tombstones else \
+        [(b"[1]", "delete"), (b"[2]", "update")]
+    assert shape == expected
