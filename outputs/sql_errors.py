@@ -5,6 +5,11 @@ shutting down or starting, a deadlock or serialization failure, SQLite's lock): 
 retries the flush with backoff, and the batch is planned again from the state before it.
 Fatal: everything else, in particular missing rights and a schema the replica cannot use; the
 message names the fix where the code says what it is.
+
+Errors come two ways: wrapped by SQLAlchemy (``DBAPIError.orig``), or raised by the driver
+itself where the output calls it directly (PostgreSQL's COPY path uses psycopg's cursor).
+Both are classified by the same code readers, from the driver error's code and never its
+text, so a lock timeout is retried whichever call met it.
 """
 
 from __future__ import annotations
@@ -38,8 +43,8 @@ def _pg(orig: BaseException) -> tuple[bool | None, str | None]:
     if not isinstance(orig, psycopg.Error):
         return None, None
     state = orig.sqlstate
-    if state is None:
-        return True, None  # no server answer: the connection failed
+    if state is None:  # no server answer: the connection failed, or a client-side error
+        return isinstance(orig, psycopg.OperationalError | psycopg.InterfaceError), None
     if state.startswith("08") or state in _PG_RETRYABLE:
         return True, state
     return (False if state in _PG_RIGHTS else None), state
@@ -62,16 +67,37 @@ def _sqlite(orig: BaseException) -> tuple[bool | None, str | None]:
     return (True if code & 0xFF in _SQLITE_RETRYABLE else None), str(code)
 
 
+def driver_errors(dialect: str) -> tuple[type[BaseException], ...]:
+    """The base classes of the errors ``dialect``'s driver raises (imported only when
+    asked: a target's driver need not be installed for the others)."""
+    if dialect == "sqlite":
+        return (sqlite3.Error,)
+    if dialect == "postgresql":
+        import psycopg
+
+        return (psycopg.Error,)
+    import MySQLdb
+
+    return (MySQLdb.Error,)
+
+
 def classify(exc: sa_exc.SQLAlchemyError, dialect: str, what: str) -> OutputError:
-    """The one classification of a SQLAlchemy/driver error: retryable, or fatal with a fix."""
+    """The one classification of a SQLAlchemy error: retryable, or fatal with a fix."""
     if isinstance(exc, sa_exc.TimeoutError):  # the pool had no connection in time
         return RetryableOutputError(f"{what}: {exc}")
     orig = exc.orig if isinstance(exc, sa_exc.DBAPIError) else None
     if orig is None:
         return FatalOutputError(f"{what}: {exc}")
+    invalidated = isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated
+    return classify_driver(orig, dialect, what, invalidated)
+
+
+def classify_driver(orig: BaseException, dialect: str, what: str,
+                    invalidated: bool = False) -> OutputError:
+    """A driver's own error (``invalidated``: SQLAlchemy saw its connection lost), by code."""
     reader = {"postgresql": _pg, "sqlite": _sqlite}.get(dialect, _mysql)
     verdict, code = reader(orig)
-    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+    if invalidated:
         verdict = True
     text = f"{what}: {str(orig).strip()}" + (f" (code {code})" if code else "")
     if verdict:
@@ -81,10 +107,15 @@ def classify(exc: sa_exc.SQLAlchemyError, dialect: str, what: str) -> OutputErro
 
 @contextmanager
 def translated(dialect: str, what: str) -> Iterator[None]:
-    """Raise driver errors inside the block as classified :class:`OutputError`."""
+    """Raise SQLAlchemy and driver errors inside the block as classified
+    :class:`OutputError`; anything else passes unchanged."""
     try:
         yield
     except DblogError:
         raise
     except sa_exc.SQLAlchemyError as exc:
         raise classify(exc, dialect, what) from exc
+    except Exception as exc:
+        if not isinstance(exc, driver_errors(dialect)):
+            raise
+        raise classify_driver(exc, dialect, what) from exc

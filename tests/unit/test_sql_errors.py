@@ -1,0 +1,58 @@
+"""Driver errors of the SQL output are classified by code whichever way they are raised:
+wrapped by SQLAlchemy, or by the driver itself (the PostgreSQL COPY path calls psycopg's
+cursor directly, so a lock timeout there must not escape as a raw psycopg error)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import MySQLdb
+import psycopg
+import pytest
+
+from dblog.errors import FatalOutputError, OutputError, RetryableOutputError
+from dblog.outputs.sql_errors import translated
+
+
+def _raised(dialect: str, error: BaseException) -> OutputError:
+    with pytest.raises(OutputError) as caught, translated(dialect, "flushing t"):
+        raise error
+    return caught.value
+
+
+@pytest.mark.parametrize("error", [psycopg.errors.LockNotAvailable("lock timeout"),
+                                   psycopg.errors.DeadlockDetected("deadlock"),
+                                   psycopg.errors.SerializationFailure("serialization"),
+                                   psycopg.OperationalError("connection refused")])
+def test_raw_psycopg_errors_that_pass_are_retried(error: psycopg.Error) -> None:
+    assert isinstance(_raised("postgresql", error), RetryableOutputError)
+
+
+def test_a_raw_psycopg_error_keeps_its_code_and_other_codes_stop() -> None:
+    retried = _raised("postgresql", psycopg.errors.LockNotAvailable("lock timeout"))
+    assert "55P03" in str(retried)
+    denied = _raised("postgresql", psycopg.errors.InsufficientPrivilege("denied"))
+    assert isinstance(denied, FatalOutputError) and denied.fix is not None
+    assert isinstance(_raised("postgresql", psycopg.errors.UniqueViolation("dup")),
+                      FatalOutputError)
+
+
+def test_a_client_side_psycopg_error_is_not_retried_forever() -> None:
+    """No SQLSTATE and not a connection error: e.g. a value COPY cannot adapt."""
+    assert isinstance(_raised("postgresql", psycopg.ProgrammingError("cannot adapt")),
+                      FatalOutputError)
+
+
+def test_raw_sqlite_and_mysql_errors_are_classified_by_code() -> None:
+    busy = sqlite3.OperationalError("database is locked")
+    busy.sqlite_errorcode = sqlite3.SQLITE_BUSY
+    assert isinstance(_raised("sqlite", busy), RetryableOutputError)
+    assert isinstance(_raised("mysql", MySQLdb.OperationalError(1213, "Deadlock found")),
+                      RetryableOutputError)
+    assert isinstance(_raised("mariadb", MySQLdb.ProgrammingError(1146, "no table")),
+                      FatalOutputError)
+
+
+def test_other_exceptions_pass_unchanged() -> None:
+    with pytest.raises(KeyError), translated("postgresql", "flushing t"):
+        raise KeyError("x")
