@@ -22,7 +22,7 @@ stored one: a MERGE then returns no metrics row. How a deposed leader is refused
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -44,6 +44,8 @@ _CONCURRENT = ("ConcurrentModification", "ConcurrentAppend", "ConcurrentDelete",
                "ConcurrentWrite", "DELTA_CONCURRENT")
 _TRANSIENT = ("java.io.IOException", "FileNotFoundException", "No space left",
               "Connection refused", "SocketTimeout")
+RETRIABLE_KAFKA = "org.apache.kafka.common.errors.RetriableException"
+_DEPTH = 32
 
 
 def quote(name: str) -> str:
@@ -51,11 +53,15 @@ def quote(name: str) -> str:
 
 
 def classify(exc: BaseException, what: str) -> DblogError:
-    """Spark and delta-spark errors, once: a lost commit race or a failing file system is
-    retryable (the retry's epoch check refuses a deposed leader); anything else (a schema
-    mismatch, a missing table, an unknown option) is fatal."""
+    """Spark and delta-spark errors, once: a lost commit race, a failing file system or a
+    Kafka error its client calls retriable (:func:`retriable_kafka`) is retryable (the
+    retry's epoch check refuses a deposed leader); anything else (a schema mismatch, a missing
+    table, an unknown option) is fatal."""
     if isinstance(exc, DblogError):
         return exc
+    kafka = retriable_kafka(exc)
+    if kafka is not None:
+        return RetryableOutputError(f"{what}: Kafka is not available for now: {kafka}")
     text = f"{type(exc).__name__}: {exc}"
     first = text.splitlines()[0][:600]
     if any(mark in text for mark in _CONCURRENT):
@@ -63,6 +69,43 @@ def classify(exc: BaseException, what: str) -> DblogError:
     if any(mark in text for mark in _TRANSIENT):
         return RetryableOutputError(f"{what}: {first}")
     return FatalOutputError(f"{what}: {first}")
+
+
+def java_causes(exc: BaseException) -> Iterator[Any]:
+    """The Java throwable behind a py4j error (``java_exception``) or a PySpark one
+    (``_origin``), then its causes: Spark wraps a task's failure in a ``SparkException``
+    whose cause is the task's exception."""
+    throwable = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+    for _ in range(_DEPTH):  # Throwable.getCause() answers null for a self-cause; bound anyway
+        if throwable is None:
+            return
+        yield throwable
+        throwable = throwable.getCause()
+
+
+def class_names(throwable: Any) -> Iterator[str]:
+    """The names of a Java object's class and of its superclasses."""
+    klass = throwable.getClass()
+    while klass is not None:
+        yield str(klass.getName())
+        klass = klass.getSuperclass()
+
+
+def retriable_kafka(exc: BaseException) -> str | None:
+    """``class: message`` of the first Kafka ``RetriableException`` in the Java cause chain of
+    ``exc`` (None: there is none). Kafka's clients mark every transient error (a broker down,
+    metadata late, a leader moving: ``TimeoutException``, ``NotLeaderOrFollowerException``...)
+    by that superclass, so the type decides, never the message; the Spark Kafka sink resends a
+    failed flush's records in order (at-least-once), so a retry is safe."""
+    from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+
+    try:
+        for throwable in java_causes(exc):
+            if RETRIABLE_KAFKA in class_names(throwable):
+                return f"{throwable.getClass().getName()}: {throwable.getMessage()}"
+    except Py4JError:  # a JVM gone away tells no type: the other rules decide
+        return None
+    return None
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import pytest
 from dblog.app.pipeline import Pipeline
 from dblog.core.model import ChangeEvent, Key, Row, TableId
 from dblog.engine import EngineSettings
-from dblog.errors import FatalOutputError, LeadershipLost
+from dblog.errors import FatalOutputError, LeadershipLost, RetryableOutputError
 from dblog.outputs.spark import SparkOutput
 from dblog.outputs.sql_kinds import DELETED, from_db, kind_of
 from tests.replica_targets import Lookup, source_lookup
@@ -338,6 +338,29 @@ def test_an_unreachable_master_is_refused_with_the_fix(tmp_path: Path) -> None:
     assert f"127.0.0.1:{port}" in raised.value.message and "unreachable" in raised.value.message
     assert raised.value.fix is not None and "local[*]" in raised.value.fix
     assert output.check()[0].level == "error"
+
+
+def test_an_unreachable_kafka_broker_is_retried_not_fatal(spark_session: SparkSession) -> None:
+    """Spark's Kafka sink fails the job with Kafka's TimeoutException (a RetriableException)
+    as the cause of a SparkException: a transient fault, which the engine retries."""
+    options = {"kafka.max.block.ms": "2000", "kafka.request.timeout.ms": "1500",
+               "kafka.delivery.timeout.ms": "2000"}
+    output = SparkOutput({"type": "spark", "commit_interval_s": 0,
+                          "sinks": [{"type": "kafka", "options": options,
+                                     "bootstrap_servers": f"127.0.0.1:{_closed_port()}"}]},
+                         tables=_items_lookup, session=spark_session)
+    output.bind("unreachable", 1)
+    output.open(0)
+    events = _events(ITEMS, 0x100, {1: "a"})
+    for seq, event in enumerate(events, 1):
+        event.seq = seq
+    try:
+        output.write(events)
+        with pytest.raises(RetryableOutputError) as raised:
+            output.flush()
+    finally:
+        output.discard()  # close() would try the buffered events once more
+    assert "org.apache.kafka.common.errors.TimeoutException" in raised.value.message
 
 
 class CountingOutput(SparkOutput):
