@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer
@@ -38,6 +39,7 @@ from dblog.errors import (
 from dblog.formats.base import Format, TableLookup, format_by_name, no_tables
 from dblog.outputs.kafka_client import (
     ProducerErrors,
+    check_brokers,
     librdkafka_log,
     new_producer,
     partition_count,
@@ -45,7 +47,7 @@ from dblog.outputs.kafka_client import (
 )
 from dblog.outputs.kafka_config import KafkaConfig, topic_name
 from dblog.outputs.kafka_delivery import Sender, Tracker
-from dblog.outputs.kafka_errors import classify, describe
+from dblog.outputs.kafka_errors import ProducerFenced, classified, classify
 from dblog.outputs.kafka_records import KafkaRecord, RecordPlanner
 from dblog.outputs.kafka_txn import (
     Aborted,
@@ -91,6 +93,8 @@ class KafkaOutput:
         self._stored: StoredCheckpoint | None = None
         self._pending: StoredCheckpoint | None = None
         self._in_txn = self._commit_pending = False
+        self._txn_started: float | None = None
+        self._partial: tuple[int, int] | None = None  # (seq, its records already produced)
 
     @classmethod
     def from_config(cls, raw: dict[str, Any]) -> KafkaOutput:
@@ -139,8 +143,9 @@ class KafkaOutput:
     def open(self, committed_seq: int) -> None:
         started = time.monotonic()
         self._teardown()
-        self._poison, self._stored = None, None
+        self._poison, self._stored, self._partial = None, None, None
         self._in_txn = self._commit_pending = False
+        self._txn_started = None
         self._partitions.clear()
         self._errors = ProducerErrors()
         producer = self._producer = new_producer(self.config, self.pipeline, self._errors,
@@ -184,40 +189,75 @@ class KafkaOutput:
     # -- write --------------------------------------------------------------------------------
 
     def write(self, events: Sequence[ChangeEvent]) -> None:
-        producer = self._require()
-        fresh = [e for e in events if e.seq > self._sent]  # replays Kafka holds; retried writes
-        if not fresh:
-            return
-        records = self._planner.plan_batch(fresh)
-        self._check_fence(f"{len(fresh)} event(s) not produced")
+        with self._fencing_explained():
+            producer = self._require()
+            fresh = [e for e in events if e.seq > self._sent]  # replays Kafka holds; retries
+            if not fresh:
+                return
+            records = self._planner.plan_batch(fresh)
+            self._check_fence(f"{len(fresh)} event(s) not produced")
+            self._begin(producer)
+            self._produce(producer, records, fresh[0].seq, fresh[-1].seq)
+
+    def _begin(self, producer: Producer) -> None:
         if self.config.exactly_once and not self._in_txn:
             transactional_call("beginning a Kafka transaction", producer.begin_transaction)
-            self._in_txn = True
-        self._produce(producer, records, fresh[0].seq, fresh[-1].seq)
+            self._in_txn, self._txn_started = True, time.monotonic()
 
     def _produce(self, producer: Producer, records: list[KafkaRecord], first: int,
                  last: int) -> None:
-        """Produce in order; ``_sent`` is the last event whose every record was produced (a
-        retried write resumes after it)."""
+        """Produce in order; ``_sent`` is the last event whose every record was produced, and
+        ``_partial`` how many records of the next one were: a retried write resumes after
+        them (an event can be several records: a delete and its tombstone, a key change)."""
         batch = self._tracker.start(first)
         callback, produce, sent = batch.done, producer.produce, self._sent
+        resume_seq, skip = self._partial or (-1, 0)
+        self._partial, done = None, 0
         try:
             for record in records:
                 if record.seq != sent:
                     self._sent = batch.last = sent  # the previous event is complete
-                    sent = record.seq
+                    sent, done = record.seq, 0
+                if sent == resume_seq and done < skip:
+                    done += 1  # produced by the failed attempt
+                    continue
                 try:
                     produce(record.topic, record.value, record.key, record.partition,
                             on_delivery=callback, headers=record.headers)
                 except (BufferError, KafkaException):
                     self._sender(producer).produce(record, callback)
                 batch.outstanding += 1
+                done += 1
             self._sent = batch.last = last
+        except BaseException:
+            self._partial = (sent, done)
+            raise
         finally:
-            producer.poll(0)
+            with classified("serving the Kafka producer's delivery reports"):
+                producer.poll(0)
 
     def _sender(self, producer: Producer) -> Sender:
         return Sender(producer, self._planner.table_of, self.config.flush_timeout_s)
+
+    @contextmanager
+    def _fencing_explained(self) -> Iterator[None]:
+        """A fenced producer whose transaction was open longer than the broker allows was
+        fenced by the coordinator's abort of that transaction, not by a newer leader (the
+        coordinator aborts only after the timeout, counted from a moment after this output's
+        clock started): the run restarts with a new producer (retryable). A newer leader's
+        fencing stays :class:`LeadershipLost`; a restart asks the election before it opens."""
+        try:
+            yield
+        except ProducerFenced as exc:
+            started, limit = self._txn_started, self.config.transaction_timeout
+            age = 0.0 if started is None else time.monotonic() - started
+            if age < limit:
+                raise
+            self._poison = RetryableOutputError(
+                f"the Kafka transaction was open {age:.0f} s, longer than the broker allows "
+                f"({limit:g} s): the broker aborted it and fenced this producer; the run "
+                "restarts from the committed state with a new producer")
+            raise self._poison from exc
 
     def _check_fence(self, what: str) -> None:
         if self._fence is not None and not self._fence():
@@ -238,8 +278,12 @@ class KafkaOutput:
     # -- flush --------------------------------------------------------------------------------
 
     def flush(self) -> int:
-        if self.config.exactly_once:
-            return self._commit(None)
+        with self._fencing_explained():
+            if self.config.exactly_once:
+                return self._commit(None)
+            return self._flush_delivered()
+
+    def _flush_delivered(self) -> int:
         producer = self._require()
         sender = self._sender(producer)
         try:
@@ -255,7 +299,8 @@ class KafkaOutput:
         checkpoint and flushes."""
         if not self.config.exactly_once:
             return self.flush()
-        return self._commit(checkpoint)
+        with self._fencing_explained():
+            return self._commit(checkpoint)
 
     def _commit(self, checkpoint: Checkpoint | None) -> int:
         if not self._commit_pending:
@@ -267,12 +312,13 @@ class KafkaOutput:
                                      (stored is not None and stored.state == state)):
                 return self._acked
             self._check_fence("a transaction not committed")
-            if not self._in_txn:
-                transactional_call("beginning a Kafka transaction", producer.begin_transaction)
-                self._in_txn = True
+            self._begin(producer)
             self._pending = StoredCheckpoint(self.pipeline, self.epoch, self._sent, state)
-            producer.produce(self.checkpoint_topic, self._pending.encode(),
-                             self.pipeline.encode(), 0)
+            batch = self._tracker.start(self._sent + 1)  # no event: acknowledges nothing
+            record = KafkaRecord(self.checkpoint_topic, self.pipeline.encode(),
+                                 self._pending.encode(), 0, [], self._sent)
+            self._sender(producer).produce(record, batch.done)
+            batch.outstanding += 1
             self._commit_pending = True
         return self._finish_commit()
 
@@ -300,6 +346,7 @@ class KafkaOutput:
                 self._poison, self._commit_pending, self._in_txn = error, False, False
             raise error
         self._commit_pending = self._in_txn = False
+        self._txn_started = None
         self._stored, self._acked = pending, pending.seq
         self._tracker = Tracker(self._acked, self._planner.table_of)
         return self._acked
@@ -345,13 +392,4 @@ class KafkaOutput:
 
     def check(self) -> list[Finding]:
         """``dblog check``: the brokers answer, and what the format needs is configured."""
-        producer = new_producer(self.config, self.pipeline, ProducerErrors(), self.name)
-        try:
-            producer.list_topics(timeout=self.config.connect_timeout_s)
-        except KafkaException as exc:
-            return [Finding("error", f"{self.name}: Kafka brokers unreachable: "
-                            f"{describe(exc.args[0])}", "check bootstrap_servers")]
-        finally:
-            producer.purge()
-        return [Finding("ok", f"{self.name}: brokers {self.config.bootstrap_servers} answer "
-                        f"({self.config.delivery}, format {self.config.format})")]
+        return check_brokers(self.config, self.pipeline, self.name)

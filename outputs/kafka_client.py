@@ -19,6 +19,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from dblog.errors import ConfigError, FatalOutputError, RetryableOutputError
 from dblog.outputs.kafka_config import KafkaConfig
 from dblog.outputs.kafka_errors import classify, describe
+from dblog.spi import Finding
 
 log = logging.getLogger("dblog.outputs.kafka")
 librdkafka_log = logging.getLogger("dblog.outputs.kafka.librdkafka")
@@ -89,3 +90,17 @@ def partition_count(producer: Producer, topic: str, timeout_s: float) -> int:
             raise RetryableOutputError(f"topic {topic} has no partitions yet"
                                        f"{'' if error is None else ': ' + describe(error)}")
         time.sleep(0.2)
+
+
+def check_brokers(config: KafkaConfig, pipeline: str, name: str) -> list[Finding]:
+    """``dblog check`` of a Kafka output: its brokers answer a metadata request."""
+    producer = new_producer(config, pipeline, ProducerErrors(), name)
+    try:
+        producer.list_topics(timeout=config.connect_timeout_s)
+    except KafkaException as exc:
+        return [Finding("error", f"{name}: Kafka brokers unreachable: {describe(exc.args[0])}",
+                        "check bootstrap_servers")]
+    finally:
+        producer.purge()
+    return [Finding("ok", f"{name}: brokers {config.bootstrap_servers} answer "
+                    f"({config.delivery}, format {config.format})")]

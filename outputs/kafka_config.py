@@ -28,6 +28,11 @@ _REFUSED = {
     "error_cb": "the output handles producer errors itself; remove producer.error_cb",
 }
 """Producer overrides that would break a guarantee, with the fix."""
+_KEYED_PARTITIONERS = frozenset({"murmur2_random", "murmur2"})
+_SHARED_PREFIXES = ("security.", "sasl.", "ssl.", "ssl_", "enable.ssl.", "client.dns",
+                    "socket.", "oauth", "broker.address.", "enable.sasl.")
+"""The producer settings its admin client and consumer (checkpoint topic) get too: how to
+reach and authenticate to the brokers."""
 
 PRODUCER_DEFAULTS: dict[str, Any] = {
     "enable.idempotence": True,
@@ -124,7 +129,19 @@ class KafkaConfig(BaseModel):
         for key in value:
             if key in _REFUSED:
                 raise ValueError(f"producer.{key} cannot be overridden: {_REFUSED[key]}")
+        partitioner = value.get("partitioner", "murmur2_random")
+        if partitioner not in _KEYED_PARTITIONERS:
+            raise ValueError(f"producer.partitioner {partitioner!r} would send one key's records "
+                             "to different partitions than Java clients (per-key order and "
+                             "compaction need murmur2): use murmur2_random or murmur2, or "
+                             "remove producer.partitioner")
         return value
+
+    @property
+    def transaction_timeout(self) -> float:
+        """Seconds the broker lets a transaction stay open (``producer`` may set it in ms)."""
+        raw = self.producer.get("transaction.timeout.ms")
+        return self.transaction_timeout_s if raw is None else float(raw) / 1000
 
     @property
     def exactly_once(self) -> bool:
@@ -144,8 +161,7 @@ class KafkaConfig(BaseModel):
     def client_settings(self, logger: Any) -> dict[str, Any]:
         """Settings an admin client or consumer shares with the producer (servers, security,
         the logger librdkafka's messages go to)."""
-        shared = {k: v for k, v in self.producer.items()
-                  if k.startswith(("security.", "sasl.", "ssl.", "client.dns", "socket."))}
+        shared = {k: v for k, v in self.producer.items() if k.startswith(_SHARED_PREFIXES)}
         return {**shared, "bootstrap.servers": self.bootstrap_servers, "logger": logger}
 
     def topic_values(self, pipeline: str) -> dict[str, str]:

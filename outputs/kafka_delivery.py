@@ -25,7 +25,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from dblog.core.model import TableId
 from dblog.errors import DblogError, RetryableOutputError
-from dblog.outputs.kafka_errors import classify, is_too_large, too_large
+from dblog.outputs.kafka_errors import classified, classify, is_too_large, too_large
 from dblog.outputs.kafka_records import KafkaRecord
 
 log = logging.getLogger("dblog.outputs.kafka")
@@ -122,7 +122,8 @@ class Sender:
     def _wait_for_room(self, record: KafkaRecord, callback: Callable[..., None]) -> None:
         started = logged = time.monotonic()
         while True:
-            self.producer.poll(0.05)
+            with classified("serving the Kafka producer's delivery reports"):
+                self.producer.poll(0.05)
             try:
                 self.producer.produce(record.topic, record.value, record.key, record.partition,
                                       on_delivery=callback, headers=record.headers)
@@ -160,6 +161,7 @@ class Sender:
                     f"{tracker.outstanding()} Kafka record(s) not delivered within "
                     f"{timeout_s:.0f} s (acknowledged up to seq {acked}); the producer "
                     "keeps retrying")
-            self.producer.flush(min(left, 1.0))
+            with classified("waiting for Kafka delivery reports"):
+                self.producer.flush(min(left, 1.0))
             acked = tracker.advance()
         return acked

@@ -1,8 +1,11 @@
 """The one place where librdkafka's errors become dblog's (SPEC section 8: driver errors are
 classified once, in the adapter, by error code).
 
-* fencing (another producer with this ``transactional.id`` started: a newer leader) ->
-  :class:`LeadershipLost`: this instance stops writing and never retries;
+* fencing (another producer with this ``transactional.id`` started: a newer leader; or the
+  coordinator aborted a transaction open longer than ``transaction.timeout.ms``) ->
+  :class:`ProducerFenced`, a :class:`LeadershipLost`: this producer writes nothing more (the
+  output tells the second cause from the first by the transaction's age, see
+  ``KafkaOutput``);
 * a record larger than a producer or broker limit -> :class:`FatalOutputError` naming the
   table, the key and the setting to raise (bad input: it stops the pipeline, nothing else is
   lost or skipped);
@@ -14,7 +17,10 @@ classified once, in the adapter, by error code).
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaError
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from confluent_kafka import KafkaError, KafkaException
 
 from dblog.errors import DblogError, FatalOutputError, LeadershipLost, RetryableOutputError
 
@@ -51,6 +57,34 @@ _FIXES = {
 }
 
 
+class ProducerFenced(LeadershipLost):
+    """librdkafka reports this producer fenced (its epoch is not the transactional id's
+    newest)."""
+
+
+def error_of(exc: BaseException) -> KafkaError | None:
+    """The librdkafka error behind ``exc``: a KafkaException's, or, for the SystemError CPython
+    raises when a delivery callback ran while the client's KafkaException was pending (as
+    ``flush`` and ``poll`` do after a fatal error), its cause's."""
+    for candidate in (exc, exc.__cause__, exc.__context__):
+        if isinstance(candidate, KafkaException) and candidate.args and \
+                isinstance(candidate.args[0], KafkaError):
+            return candidate.args[0]
+    return None
+
+
+@contextmanager
+def classified(what: str) -> Iterator[None]:
+    """Raise what a client call (``poll``, ``flush``) raised as dblog's error."""
+    try:
+        yield
+    except (KafkaException, SystemError) as exc:
+        error = error_of(exc)
+        if error is None:
+            raise
+        raise classify(error, what) from exc
+
+
 def describe(error: KafkaError) -> str:
     return f"{error.str()} ({error.name()})"
 
@@ -60,7 +94,7 @@ def classify(error: KafkaError, what: str) -> DblogError:
     code = error.code()
     message = f"{what}: {describe(error)}"
     if code in FENCED:
-        return LeadershipLost(f"{message}: a newer producer with this transactional id (a new "
+        return ProducerFenced(f"{message}: a newer producer with this transactional id (a new "
                               "leader) fenced this one; nothing more is written")
     if code in _FIXES:
         return FatalOutputError(message, fix=_FIXES[code])

@@ -72,6 +72,9 @@ def ensure_checkpoint_topic(settings: dict[str, Any], topic: str, timeout_s: flo
     try:
         futures[topic].result(timeout=timeout_s)
         log.info("created the checkpoint topic %s (compacted)", topic)
+    except TimeoutError as exc:
+        raise RetryableOutputError(f"creating the checkpoint topic {topic}: no answer from "
+                                   f"the brokers within {timeout_s:g} s") from exc
     except KafkaException as exc:
         error: KafkaError = exc.args[0]
         if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
@@ -98,6 +101,9 @@ def _cleanup_policy(admin: AdminClient, topic: str, timeout_s: float) -> str:
         try:
             configs = admin.describe_configs([resource], request_timeout=timeout_s)
             return str(configs[resource].result(timeout=timeout_s)["cleanup.policy"].value)
+        except TimeoutError as exc:
+            raise RetryableOutputError(f"reading the settings of {topic}: no answer from the "
+                                       f"brokers within {timeout_s:g} s") from exc
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
             if error.code() not in _NOT_YET or time.monotonic() > deadline:
@@ -119,7 +125,15 @@ def read_checkpoint(settings: dict[str, Any], topic: str, pipeline: str,
         raise classify(exc.args[0], f"reading the checkpoint topic {topic}") from exc
     finally:
         consumer.close()
-    return None if last is None else StoredCheckpoint.decode(last)
+    if last is None:
+        return None
+    try:
+        return StoredCheckpoint.decode(last)
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise FatalOutputError(
+            f"the last checkpoint of {pipeline} on {topic} is not dblog's ({exc}): "
+            f"{last[:200]!r}", fix="set checkpoint_topic to a topic only dblog writes (a new "
+            "one starts from the state store)") from exc
 
 
 def _read_to_end(consumer: Consumer, topic: str, key: bytes, timeout_s: float) -> bytes | None:

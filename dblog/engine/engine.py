@@ -198,6 +198,11 @@ class Engine:
             try:
                 self._loop(reader, forwarder, marks)
             except LeadershipLost as exc:  # nothing more may reach outputs or the state
+                if self.election.is_leader():
+                    # an output refused this epoch while the election still holds (with no
+                    # election at all, another instance writes there): an error, not a quiet
+                    # end of the run; under ZooKeeper the term ends and the instance campaigns
+                    raise
                 log.warning("%s; committed state stays at seq %d", exc, self.delivery.state.seq)
                 return self.delivery.state
             return self.delivery.commit(wait=True)
