@@ -258,12 +258,27 @@ class DeltaOutput:
         if replica is not None:
             return replica
         info = require_info(self._lookup, table, self.name, "DeltaOutput")
-        path = self.root / self.config.table_path.format(schema=table.schema, table=table.name)
+        path = self._path(table)
+        self._refuse_shared(table, path)
         kinds = kinds_of(info)
         partition = self.config.partition_by.get(str(table))
         opened = dtab_open(path, kinds, info.key_columns, partition, self.pipeline, self.epoch)
         replica = self._replicas[table] = DeltaReplica(table, opened, kinds, info.key_columns)
         return replica
+
+    def _path(self, table: TableId) -> Path:
+        return self.root / self.config.table_path.format(schema=table.schema, table=table.name)
+
+    def _refuse_shared(self, table: TableId, path: Path) -> None:
+        """Refuse a second source table whose ``table_path`` is an opened one's: they would
+        overwrite each other's rows where their keys meet (a template without ``{schema}``
+        for tables of one name in two schemas)."""
+        for other in self._replicas:
+            if self._path(other) == path:
+                raise FatalOutputError(
+                    f"source tables {other} and {table} would share the Delta table {path}",
+                    fix="set the delta output's table_path to a template that tells them "
+                        "apart, e.g. \"{schema}.{table}\" (the default); then dump them again")
 
     def _maintain(self, covered: Checkpoint | None, seq: int) -> None:
         """Tombstone purge (by margin, every purge_interval_s) and compaction/vacuum."""

@@ -236,6 +236,7 @@ class SqlOutput:
         replica = self._replicas.get(table)
         if replica is None:
             info = require_info(self._lookup, table, self.name, "SqlOutput")
+            self.naming.refuse_shared(table, self._replicas, self.dialect)
             replica = self._replicas[table] = ensure(self._require(), info, self.naming,
                                                      self.config.create_tables)
         return replica

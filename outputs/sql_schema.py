@@ -13,6 +13,7 @@ every statement here is idempotent (a crash after it only leaves the table ready
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +69,22 @@ class Naming:
                     f"replica name {name!r} is longer than {dialect}'s {limit} characters",
                     fix="set the sql output's table_name/view_name templates to shorter names")
         return names
+
+    def refuse_shared(self, source: TableId, others: Iterable[TableId], dialect: str) -> None:
+        """Refuse ``source`` when its table or view name is one of ``others``' (the source
+        tables this output already writes). Two source tables in one replica table would
+        overwrite each other's rows where their keys meet, silently: the default
+        ``table_name`` ``{table}`` does so for tables of the same name in two schemas."""
+        mine = set(self.names(source, dialect))
+        for other in others:
+            shared = mine & set(self.names(other, dialect))
+            if other != source and shared:
+                raise FatalOutputError(
+                    f"source tables {other} and {source} would share the replica "
+                    f"{'/'.join(sorted(shared))}",
+                    fix="set the sql output's table_name and view_name to templates that tell "
+                        "them apart, e.g. table_name: \"{schema}_{table}\", view_name: "
+                        "\"{schema}_{table}_live\" (then dump the tables again)")
 
 
 def build_table(source: TableId, name: str, schema: str | None, kinds: dict[str, ColumnKind],
