@@ -153,7 +153,7 @@ class SparkDeltaWriter:
                 kinds = kinds_of(info)
                 check_layout(table, snap, kinds, info.key_columns)
             if snap.key is not None:
-                self.fence.claim(table, self._empty(table))
+                self.fence.claim(table, self._empty(table), snap)
         return stored
 
     def _existing(self) -> list[str]:
@@ -217,7 +217,12 @@ class SparkDeltaWriter:
         does without joining the table (a dump into an empty or growing table). The greatest
         key is read once per table and run, then kept from this writer's own commits: only
         this pipeline writes its replica tables (a newer epoch's commit fails the fence), and
-        truncates and purges only lower it, which makes the test stricter, never wrong."""
+        truncates and purges only lower it, which makes the test stricter, never wrong. An
+        older epoch cannot add keys after the read either: :meth:`_replica` claimed the table
+        for this epoch before (at open, or at its first use in the run when it did not exist
+        then), so a deposed leader's append is skipped or fails its commit; without that
+        claim its append would land after the read and this one beside it (blind appends do
+        not conflict): each key twice."""
         column = dtab.integer_key(replica.kinds, replica.key)
         if column is None:
             return False
@@ -298,7 +303,11 @@ class SparkDeltaWriter:
                                         self.config.partition_by.get(str(source))))
         if not table.location:
             table = self._table(name)
-        check_layout(table, self.fence.check(table), kinds, info.key_columns)
+        snap = self.fence.check(table)
+        check_layout(table, snap, kinds, info.key_columns)
+        # a table created after open (by this run, or by a deposed leader still flushing) is
+        # claimed before anything is read from it: see _beyond_stored_keys
+        self.fence.claim(table, self._empty(table), snap)
         replica = self.replicas[source] = Replica(source, table, kinds, info.key_columns)
         return replica
 

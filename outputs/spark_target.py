@@ -275,11 +275,13 @@ class Fence:
             conf.unset(TXN_APP)
             conf.unset(TXN_VERSION)
 
-    def claim(self, table: SparkDeltaTable, empty: Callable[[], None]) -> None:
+    def claim(self, table: SparkDeltaTable, empty: Callable[[], None],
+              snap: Snapshot | None = None) -> None:
         """Fence older epochs out of ``table``: the ``dblog.epoch`` property (a metadata
         change, which fails commits prepared before it), then ``empty`` appends no rows under
-        this epoch's transaction. Nothing to do when this epoch holds the table already."""
-        snap = self.check(table)
+        this epoch's transaction. Nothing to do when this epoch holds the table already.
+        ``snap``: this fence's check of the table just now (spares reading the log again)."""
+        snap = snap or self.check(table)
         if snap.epoch == self.epoch and self._last[table.location] is not None:
             return
         if snap.epoch != self.epoch:
