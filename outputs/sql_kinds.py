@@ -137,9 +137,11 @@ def require_info(lookup: Callable[[TableId], TableInfo | None], table: TableId, 
 def add_row_kinds(kinds: dict[str, ColumnKind], rows: Iterable[Row | None],
                   source: Callable[[], TableInfo | None]) -> bool:
     """Add to ``kinds`` the columns of ``rows`` it lacks (a MERGE that adds them to a Delta
-    table): the kind of the type the source's metadata names, else of the first row's value
-    (:func:`kind_of_value`). ``source`` is called only for a row with such a column, until it
-    gives the metadata. True when a column was added."""
+    table): the kind of the type the source's metadata names, else of the first non-null
+    value (:func:`kind_of_value`). A column the metadata does not name and whose values are
+    all None is not added: None has no type, and its rows need no column yet (the column
+    added later reads null in them). ``source`` is called only for a row with such a
+    column, until it gives the metadata. True when a column was added."""
     info, added = None, False
     for row in rows:
         if row is None or kinds.keys() >= row.keys():
@@ -148,10 +150,10 @@ def add_row_kinds(kinds: dict[str, ColumnKind], rows: Iterable[Row | None],
             info = source()
         known = {} if info is None else {c.name: c.type_name for c in info.columns}
         for column, value in row.items():
-            if column not in kinds:
-                kinds[column] = kind_of(known[column]) if column in known \
-                    else kind_of_value(value)
-                added = True
+            if column in kinds or (value is None and column not in known):
+                continue
+            kinds[column] = kind_of(known[column]) if column in known else kind_of_value(value)
+            added = True
     return added
 
 

@@ -182,13 +182,17 @@ def _sqlite_upserts(conn: Connection, replica: ReplicaTable,
 
 
 def unknown_columns(replica: ReplicaTable, rows: Iterable[Row | None]) -> dict[str, Any]:
-    """Columns some row has that the replica table lacks, each with its first non-null value."""
+    """Columns the replica table lacks that some row has a value in (not None), each with
+    its first such value. A column whose values are all None is left out: None says nothing
+    of its type (taking it as JSON would quote the later values and refuse the source's
+    type after a restart), and a None needs no column yet: the column, added once a value
+    or the source's metadata names its type, reads NULL in the rows written before."""
     kinds = replica.kinds.keys()
     found: dict[str, Any] = {}
     for row in rows:
         if row is not None and not kinds >= row.keys():
             for column, value in row.items():
-                if column not in kinds and found.get(column) is None:
+                if value is not None and column not in kinds and column not in found:
                     found[column] = value
     return found
 

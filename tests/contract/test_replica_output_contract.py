@@ -310,6 +310,39 @@ def test_added_source_columns_reach_the_replica(target: Target,
                               (2,): {"id": 2, "v": 2, "blob": "y", "extra": "e", "n": 5}}
 
 
+def _insert_b(key: int, txn: int, **values: Any) -> list[ChangeEvent]:
+    base = 0x100 * txn
+    return [ChangeEvent(Op.BEGIN, None, position=lsn(base)),
+            ChangeEvent(Op.INSERT, B, (key,), position=lsn(base + 1),
+                        after={"id": key, "v": txn, "blob": "b", **values}),
+            ChangeEvent(Op.COMMIT, None, position=lsn(base + 2))]
+
+
+def test_a_column_first_seen_null_is_typed_by_a_value_or_the_metadata(
+        target: Target, infos: dict[TableId, TableInfo]) -> None:
+    """Columns the metadata does not know yet whose first values are None are not typed
+    from None (as JSON): ``note`` is added when a value arrives (read back as the text, not
+    JSON-quoted), ``n`` only after a restart whose metadata names it (not refused then)."""
+    events = _numbered([_insert_b(1, 1, note=None, n=None), _insert_b(2, 2, note="hi", n=None),
+                        _insert_b(3, 3, note="x", n=5)])
+    output = target.new_output()
+    output.open(0)
+    output.write(events[:3])
+    output.flush()
+    output.write(events[3:6])
+    committed = output.flush()
+    output.close()
+    infos[B] = TableInfo(B, (*int_info(B, "note").columns, ColumnInfo("n", "bigint")), ("id",))
+    restarted = target.new_output()
+    restarted.open(committed)
+    restarted.write(events[6:])
+    restarted.flush()
+    assert target.live(B) == {
+        (1,): {"id": 1, "v": 1, "blob": "b", "note": None, "n": None},
+        (2,): {"id": 2, "v": 2, "blob": "b", "note": "hi", "n": None},
+        (3,): {"id": 3, "v": 3, "blob": "b", "note": "x", "n": 5}}
+
+
 def _incompatible(target: Target) -> None:
     if isinstance(target, SqlTarget):
         target.execute("CREATE TABLE a (id INTEGER PRIMARY KEY, v BIGINT)")

@@ -72,3 +72,17 @@ def test_without_metadata_every_new_column_takes_its_values_kind() -> None:
     lookup = Lookup(None)
     assert add_row_kinds(kinds, [{"id": 1, "added": 2.5}], lookup) is True
     assert kinds["added"] == ColumnKind(Kind.FLOAT) and lookup.calls == 1
+
+
+def test_a_new_column_is_never_typed_from_none() -> None:
+    """All None and unknown to the metadata: deferred (not JSON); the first value, or the
+    metadata naming it, adds it."""
+    kinds = {"id": kind_of("integer")}
+    rows: list[Row | None] = [{"id": 1, "late": None, "added": None},
+                              {"id": 2, "late": None, "added": None}]
+    assert add_row_kinds(kinds, rows, Lookup(None)) is False
+    assert set(kinds) == {"id"}
+    assert add_row_kinds(kinds, [*rows, {"id": 3, "late": "x"}], Lookup(None)) is True
+    assert kinds["late"] == ColumnKind(Kind.TEXT) and "added" not in kinds
+    assert add_row_kinds(kinds, rows, Lookup(INFO)) is True
+    assert kinds["added"] == kind_of("numeric(10,2)")
