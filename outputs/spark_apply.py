@@ -27,7 +27,7 @@ import signal
 import sys
 import threading
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,12 +42,13 @@ from .spark_apply_config import ApplyConfig, TableSpec
 from .spark_config import SparkConfig
 from .spark_delta import SparkDeltaWriter
 from .spark_session import check_classes, start_session
-from .spark_target import classify
-from .sql_kinds import GUARD_MAJOR, GUARD_MINOR
+from .spark_target import Snapshot, classify
+from .sql_kinds import GUARD_COLUMNS, GUARD_MAJOR, GUARD_MINOR
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql.types import DataType
 
 log = logging.getLogger("dblog.outputs.spark_apply")
 _SKIPPED = frozenset({Op.BEGIN, Op.COMMIT, Op.SCHEMA})
@@ -73,7 +74,13 @@ class Record:
                            seq=int(doc.get("seq", -1)))
 
 
+_STORED_TYPES = {"bigint": "bigint", "int": "bigint", "smallint": "bigint", "tinyint": "bigint",
+                 "double": "double precision", "float": "double precision",
+                 "boolean": "boolean", "string": "text"}
+
+
 def _type_name(value: Any) -> str | None:
+    """The type a column takes from its first non-null value (None: not known yet)."""
     for kind, name in ((bool, "boolean"), (int, "bigint"), (float, "double precision"),
                        (str, "text")):
         if isinstance(value, kind):
@@ -81,11 +88,42 @@ def _type_name(value: Any) -> str | None:
     return None if value is None else "any"
 
 
-def infer_table(table: TableId, docs: Iterable[dict[str, Any]]) -> TableInfo:
-    """Key names and column types from records (see the config's docstring)."""
-    fix = f"set tables.{table}.key (and columns) in the job's configuration"
+def stored_type(data_type: DataType) -> str:
+    """A source type name whose kind the replica stores as ``data_type`` (the layout's
+    types: bigint, double, boolean, string, decimal). A string column reads as ``text``: a
+    JSON column (``any``) is stored as string too, and only a table entry can tell them."""
+    name = data_type.simpleString()
+    if name.startswith("decimal"):
+        return "numeric" + name[len("decimal"):]
+    return _STORED_TYPES.get(name, name)
+
+
+def stored_info(table: TableId, snap: Snapshot) -> TableInfo | None:
+    """The key and column types of the job's existing replica table (None: no table)."""
+    schema = snap.schema()
+    if schema is None or snap.key is None:
+        return None
+    columns = tuple(ColumnInfo(f.name, stored_type(f.dataType)) for f in schema.fields
+                    if f.name not in GUARD_COLUMNS)
+    return TableInfo(table, columns, tuple(orjson.loads(snap.key)))
+
+
+def _value_types(docs: Iterable[dict[str, Any]]) -> dict[str, str]:
+    """Each column's type from its first non-null value; a column null in every record is
+    left out (a null tells no type: the column is added once a value comes)."""
+    types: dict[str, str] = {}
+    for doc in docs:
+        after = doc.get("after")
+        for column, value in after.items() if isinstance(after, dict) else ():
+            name = _type_name(value)
+            if name is not None:
+                types.setdefault(column, name)
+    return types
+
+
+def _key_columns(table: TableId, docs: Iterable[dict[str, Any]]) -> tuple[str, ...]:
+    """The after-image's columns that hold the key values in every record."""
     candidates: list[set[str]] | None = None
-    types: dict[str, str | None] = {}
     for doc in docs:
         after, key = doc.get("after"), doc.get("key")
         if not isinstance(after, dict) or key is None:
@@ -93,14 +131,34 @@ def infer_table(table: TableId, docs: Iterable[dict[str, Any]]) -> TableInfo:
         found = [{c for c, v in after.items() if v == k and type(v) is type(k)} for k in key]
         candidates = found if candidates is None else \
             [a & b for a, b in zip(candidates, found, strict=True)]
-        for column, value in after.items():
-            if types.get(column) is None:
-                types[column] = _type_name(value)
     if candidates is None or any(len(c) != 1 for c in candidates):
         raise FatalOutputError(f"spark-apply: cannot tell the key columns of {table} from its "
-                               f"records (candidates {candidates})", fix=fix)
-    columns = tuple(ColumnInfo(c, t or "any") for c, t in types.items())
-    return TableInfo(table, columns, tuple(next(iter(c)) for c in candidates))
+                               f"records (candidates {candidates})",
+                               fix=f"set tables.{table}.key (and columns) in the job's "
+                                   "configuration")
+    return tuple(next(iter(c)) for c in candidates)
+
+
+def infer_table(table: TableId, docs: list[dict[str, Any]],
+                stored: TableInfo | None = None) -> TableInfo:
+    """Key names and column types from records (see the config's docstring). Where the job's
+    Delta table exists (``stored``), its key and column types win and only the columns it
+    lacks are inferred: a run infers from its own first batch, which after a restart is not
+    the batch that created the table; inferring again would type a column by other values
+    (or by a null) and refuse the job's own table, for every retry of that batch."""
+    types = _value_types(docs)
+    if stored is not None:
+        known = {c.name for c in stored.columns}
+        extra = tuple(ColumnInfo(c, t) for c, t in types.items() if c not in known)
+        return TableInfo(table, stored.columns + extra, stored.key_columns)
+    key = _key_columns(table, docs)
+    return TableInfo(table, tuple(ColumnInfo(c, t) for c, t in types.items()), key)
+
+
+def misfit_fix(table: TableId, column: str) -> str:
+    return (f"name the source's type in tables.{table}.columns.{column} (and the key in "
+            f"tables.{table}.key) in the job's configuration, delete the Delta table and "
+            "restart the job with a new checkpoint_location (the topics are read again)")
 
 
 class JobTables:
@@ -116,13 +174,16 @@ class JobTables:
     def lookup(self, table: TableId) -> TableInfo | None:
         return self.infos.get(table)
 
-    def learn(self, records: Iterable[Record]) -> None:
+    def learn(self, records: Iterable[Record],
+              stored: Callable[[TableId], TableInfo | None]) -> None:
+        """Infer the tables the configuration does not name, from ``records`` and their
+        existing Delta table (``stored``)."""
         unknown: dict[TableId, list[dict[str, Any]]] = defaultdict(list)
         for record in records:
             if record.table not in self.infos:
                 unknown[record.table].append(record.doc)
         for table, docs in unknown.items():
-            self.infos[table] = infer_table(table, docs)
+            self.infos[table] = infer_table(table, docs, stored(table))
             log.info("spark-apply: %s inferred: key %s", table, self.infos[table].key_columns)
 
 
@@ -189,7 +250,8 @@ class ApplyJob:
         try:
             spark = self.spark = base.newSession()
             self.writer = SparkDeltaWriter(spark, self.config.delta, self.tables.lookup,
-                                           self.config.name, 0, checkpoint=False)
+                                           self.config.name, 0, checkpoint=False,
+                                           misfit_fix=misfit_fix)
             self.writer.open()
         except Exception as exc:
             raise classify(exc, "opening the Spark apply job") from exc
@@ -199,7 +261,7 @@ class ApplyJob:
         writer = self.writer
         assert writer is not None
         records = decode(frame.select("partition", "offset", "value").collect())
-        self.tables.learn(records)
+        self.tables.learn(records, lambda table: stored_info(table, writer.snapshot(table)))
         for plan, partition in plan_records(records):
             where = None if partition is None or plan.truncate is None else \
                 f"{GUARD_MINOR} = {partition} AND {GUARD_MAJOR} < {plan.truncate.major}"

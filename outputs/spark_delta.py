@@ -36,7 +36,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from dblog.core.model import Key, Row, TableId, TableInfo
 from dblog.errors import FatalOutputError
-from dblog.replica import Guard, TablePlan, decoded_rows, kept
+from dblog.replica import Guard, RowChange, TablePlan, decoded_rows, kept
 
 from . import delta_table as dtab
 from .spark_checkpoint import NAME, SparkCheckpointTable, create_statement
@@ -60,8 +60,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 Lookup = Callable[[TableId], TableInfo | None]
+MisfitFix = Callable[[TableId, str], str]
 AUTO_MERGE = "spark.databricks.delta.schema.autoMerge.enabled"
 FIX = "delete the table (its folder) so that dblog creates it, then dump the source again"
+_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError)
 
 
 @dataclass
@@ -105,14 +107,56 @@ def check_layout(table: SparkDeltaTable, snap: Snapshot, kinds: dict[str, Column
                 fix=FIX)
 
 
+def _misfit(kinds: dict[str, ColumnKind], key: tuple[str, ...],
+            changes: kept.Changes) -> tuple[str, RowChange, Any] | None:
+    """The first (column, change, value) whose value the column's Arrow type cannot take."""
+    for column, kind in kinds.items():
+        arrow = dtab.arrow_type(kind)
+        for change, row in changes:
+            value = change.key[key.index(column)] if column in key else \
+                None if row is None else row.get(column)
+            try:
+                dtab.column_array(kind, [value], arrow)
+            except _ARROW_ERRORS:
+                return column, change, value
+    return None
+
+
+def arrow_batch(replica: Replica, changes: kept.Changes,
+                fix: MisfitFix) -> pa.Table:
+    """The MERGE source (:func:`delta_table.batch`); a value its column's type cannot hold
+    (a table typed by other metadata, or the apply job's inference from other records) is a
+    FatalOutputError naming the table, the column, the change and ``fix``, not Arrow's
+    message: Arrow does not say which column failed, and the same batch fails again."""
+    try:
+        return dtab.batch(replica.kinds, replica.key, changes)
+    except _ARROW_ERRORS as exc:
+        found = _misfit(replica.kinds, replica.key, changes)
+        if found is None:
+            raise
+        column, change, value = found
+        arrow = dtab.arrow_type(replica.kinds[column])
+        raise FatalOutputError(
+            f"Delta table {replica.table.ident}: column {column} holds {arrow}; the change at "
+            f"seq {change.seq} (key {list(change.key)}) carries {value!r:.80}, which does not "
+            f"fit ({type(exc).__name__})", fix=fix(replica.source, column)) from None
+
+
+def _default_fix(source: TableId, column: str) -> str:
+    return FIX
+
+
 class SparkDeltaWriter:
     """The delta sink of one Spark output run (opened per run, bound to one epoch)."""
 
     def __init__(self, spark: SparkSession, config: SparkDeltaSink, lookup: Lookup,
-                 pipeline: str, epoch: int, checkpoint: bool = True) -> None:
+                 pipeline: str, epoch: int, checkpoint: bool = True,
+                 misfit_fix: MisfitFix = _default_fix) -> None:
         """``checkpoint``: keep the pipeline's row in ``_dblog_checkpoint`` (the apply job,
-        whose progress is Spark's own checkpoint, has none)."""
+        whose progress is Spark's own checkpoint, has none). ``misfit_fix``: the fix of a
+        value its column cannot hold (:func:`arrow_batch`)."""
         self.spark, self.config, self.lookup = spark, config, lookup
+        self.misfit_fix = misfit_fix
         self.fence = Fence(spark, config.pipeline or pipeline, epoch)
         self.replicas: dict[TableId, Replica] = {}
         self.checkpoint = SparkCheckpointTable(spark, self._table(NAME), self.fence) \
@@ -200,7 +244,7 @@ class SparkDeltaWriter:
                                  kept.missing_in(replica.table.ident))
         if not changes:
             return
-        source = dtab.batch(replica.kinds, replica.key, changes)
+        source = arrow_batch(replica, changes, self.misfit_fix)
         try:
             if self._beyond_stored_keys(replica, source):
                 self.metrics.append(self._append(replica, source, seq, added))
@@ -310,6 +354,10 @@ class SparkDeltaWriter:
         self.fence.claim(table, self._empty(table), snap)
         replica = self.replicas[source] = Replica(source, table, kinds, info.key_columns)
         return replica
+
+    def snapshot(self, source: TableId) -> Snapshot:
+        """The log state of ``source``'s replica table (version -1: none yet)."""
+        return self._table(self._name(source)).snapshot(self.fence.app)
 
     def purge(self, bound: Guard, seq: int) -> None:
         """Delete tombstones below ``bound`` in every table this run wrote."""
