@@ -66,7 +66,7 @@ _SLOW_COMMIT_S = 2.0
 
 
 class KafkaOutput:
-    """A :class:`dblog.spi.Output` (also Fenced-, Discarding-, Checkpointing-Output and
+    """A :class:`dblog.spi.Output` (also Fenced-, Discarding-, Checkpointing-, Sole-Output and
     PipelineBound) writing to Kafka with confluent-kafka."""
 
     config_model = KafkaConfig
@@ -124,6 +124,11 @@ class KafkaOutput:
         self._planner = self._new_planner()
         self._planner.set_epoch(epoch)
         self._tracker.table_of = self._planner.table_of
+
+    def needs_to_be_sole(self) -> bool:
+        """Exactly-once skips what Kafka holds by seq: the pipeline's only output
+        (:class:`dblog.spi.SoleOutput`)."""
+        return self.config.exactly_once
 
     def set_fence(self, may_write: Callable[[], bool]) -> None:
         """Asked before each batch is produced and before each commit (FencedOutput)."""

@@ -77,3 +77,18 @@ def with_dump_state(state: PipelineState, dump: Dump) -> PipelineState:
     if old is None:
         return replace(state, dumps=state.dumps.add(dump))
     return replace(state, dumps=state.dumps.put(replace(old, state=dump.state, error=dump.error)))
+
+
+def adopted(checkpoint: PipelineState, stored: PipelineState) -> PipelineState:
+    """The state to resume from when an output's checkpoint is ahead of the stored state:
+    position, seq and dump progress from the checkpoint; the dumps an operator requested, paused
+    or cancelled since it was taken (saved to the store at once, not yet in a checkpoint) from
+    the store, so an accepted request or a cancel is never undone."""
+    dumps = checkpoint.dumps
+    for dump in stored.dumps.dumps:
+        taken = dumps.get(dump.id)
+        if taken is None:
+            dumps = dumps.add(dump)
+        elif dump.state in _USER_STATES and taken.state is not DumpState.DONE:
+            dumps = dumps.put(replace(taken, state=dump.state, error=dump.error))
+    return replace(checkpoint, dumps=dumps)

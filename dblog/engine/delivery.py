@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dblog.core.acks import (
     CommitPoint,
     PipelineState,
+    adopted,
     apply_points,
     min_acknowledged,
     split_acknowledged,
@@ -21,7 +22,7 @@ from dblog.core.dumps import Dump
 from dblog.core.model import ChangeEvent
 from dblog.core.positions import Position
 from dblog.engine.sinks import InlineSink, Sink, ThreadedSink
-from dblog.errors import FatalOutputError, LeadershipLost
+from dblog.errors import ConfigError, FatalOutputError, LeadershipLost
 from dblog.spi import (
     Checkpoint,
     CheckpointingOutput,
@@ -30,6 +31,7 @@ from dblog.spi import (
     FreshStartAware,
     Output,
     PipelineBound,
+    SoleOutput,
     StateStore,
 )
 from dblog.spi.metrics import Counters, MetricsSink
@@ -57,6 +59,7 @@ class Delivery:
         if not outputs:
             raise FatalOutputError("a pipeline needs at least one output")
         self.outputs = list(outputs)
+        _check_sole(self.outputs)
         for output in self.outputs:
             if isinstance(output, FencedOutput):  # checks leadership right before writing
                 output.set_fence(self._may_write)
@@ -104,21 +107,24 @@ class Delivery:
         self._adopt_newer_checkpoint()
 
     def _adopt_newer_checkpoint(self) -> None:
-        """An output that committed a checkpoint past the state store's (a crash between its
-        commit and the store's save) decides where this run resumes: its state is saved to
-        the store and replaces the loaded one. Only sound when every output committed it, so
-        such an output must be the pipeline's only one."""
+        """An output that committed a checkpoint past the state store's (a crash, or a
+        transient error, between its commit and the store's save) decides where this run
+        resumes when it is the pipeline's only output: its state is saved to the store and
+        replaces the loaded one (with the dump requests and operator changes the store has
+        since, :func:`~dblog.core.acks.adopted`). With several outputs the others may not
+        have those events: the run resumes from the store and the checkpointing outputs take
+        the replay (none of them skips by seq: :func:`_check_sole` refused those)."""
         checkpoints = [o.committed_checkpoint() for o in self.outputs
                        if isinstance(o, CheckpointingOutput)]
         newer = [c for c in checkpoints if c is not None and c.seq > self.state.seq]
         if not newer:
             return
         if len(self.outputs) > 1:
-            raise FatalOutputError(
-                f"output checkpoint at seq {newer[0].seq} is ahead of the state (seq "
-                f"{self.state.seq}) and other outputs may not have those events",
-                fix="run an output that commits checkpoints (exactly-once) as the only output")
-        state = state_from_json(newer[0].state)
+            log.info("an output's checkpoint (seq %d) is ahead of the state store's (seq %d): "
+                     "the other outputs may not hold those events, so the run replays them "
+                     "from the store", newer[0].seq, self.state.seq)
+            return
+        state = adopted(state_from_json(newer[0].state), self.state)
         log.warning("resuming from the output's checkpoint at seq %d (the state store had %d)",
                     state.seq, self.state.seq)
         self.save(state)
@@ -243,6 +249,7 @@ class Delivery:
         return bool(self._batch) or bool(self._points)
 
     def close(self) -> None:
+        self.on_commit = None  # the run's log reader closes with it
         leader = self.is_leader()
         for sink in self.sinks:
             try:
@@ -253,3 +260,15 @@ class Delivery:
             except Exception:  # closing is best effort; what was acknowledged is committed
                 log.exception("closing output %s failed", sink.name)
         self.sinks = []
+
+
+def _check_sole(outputs: Sequence[Output]) -> None:
+    """Refuse, at start, an output that must be the pipeline's only one beside others."""
+    sole = [o.name for o in outputs if isinstance(o, SoleOutput) and o.needs_to_be_sole()]
+    if sole and len(outputs) > 1:
+        raise ConfigError(
+            f"output {sole[0]} must be the pipeline's only output (it skips what it holds by "
+            f"sequence number, and a replay after a crash may number other outputs' events "
+            f"differently); this pipeline has {len(outputs)}",
+            fix="run it in a pipeline of its own, or use delivery: at-least-once beside other "
+                "outputs")

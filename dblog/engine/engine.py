@@ -339,6 +339,11 @@ class Engine:
                 result.set_result(command(self.scheduler))
             except _Rejected as rejected:
                 result.set_exception(rejected.error)
+            except BaseException as exc:  # the caller learns it at once, not by a timeout
+                result.set_exception(DumpRequestError(
+                    f"the request was not stored: {exc}",
+                    fix="the engine restarts from the committed state; send it again"))
+                raise
 
         self.commands.submit(run)
         return result

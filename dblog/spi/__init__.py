@@ -29,6 +29,7 @@ from dblog.spi.sink import (
     Output,
     PipelineBound,
     PreEncodingOutput,
+    SoleOutput,
     TableAwareOutput,
 )
 from dblog.spi.source import (
@@ -67,6 +68,7 @@ __all__ = [
     "PendingWindow",
     "PipelineBound",
     "PreEncodingOutput",
+    "SoleOutput",
     "SourceConnector",
     "StateStore",
     "StoredState",

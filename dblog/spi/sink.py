@@ -96,16 +96,29 @@ class CheckpointingOutput(Protocol):
       committed already.
     * :meth:`committed_checkpoint`, after :meth:`Output.open`, returns the checkpoint of the
       output's last commit (None: none). When it is ahead of the state store's, the engine
-      adopts it: the run resumes from that state. Events the output committed past the
-      checkpoint's seq (the open source transaction at that point) come again on replay with
-      the same sequence numbers, and the output skips them: the log replays identically from
-      a commit point, and chunk rows are always followed by a commit point before the next
-      flush.
+      adopts it when the output is the pipeline's only one: the run resumes from that state.
+      Events the output committed past the checkpoint's seq (the open source transaction at
+      that point) come again on replay with the same sequence numbers, and the output skips
+      them: the log replays identically from a commit point, and chunk rows are always
+      followed by a commit point before the next flush. With several outputs the run resumes
+      from the state store, and such an output must take the replay of what it holds (the
+      replica outputs' position guards make it a no-op), unless it is a
+      :class:`SoleOutput` that says it cannot.
     """
 
     def flush_checkpoint(self, checkpoint: Checkpoint) -> int: ...
 
     def committed_checkpoint(self) -> Checkpoint | None: ...
+
+
+@runtime_checkable
+class SoleOutput(Protocol):
+    """An output that may have to be the pipeline's only one: when :meth:`needs_to_be_sole`
+    says so (Kafka exactly-once: a replay from the state store after a crash can carry other
+    sequence numbers than what Kafka holds, which it would skip by seq), the engine refuses
+    other outputs beside it at start."""
+
+    def needs_to_be_sole(self) -> bool: ...
 
 
 @runtime_checkable
