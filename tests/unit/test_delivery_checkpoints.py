@@ -16,7 +16,13 @@ from dblog.core.dumps import Dump, DumpQueue, DumpState, TableProgress
 from dblog.core.model import TableId
 from dblog.core.positions import Position
 from dblog.engine.delivery import Delivery
-from dblog.errors import ConfigError, RetryableSourceError, RetryableStateError
+from dblog.errors import (
+    ConfigError,
+    DumpRequestError,
+    FatalOutputError,
+    RetryableSourceError,
+    RetryableStateError,
+)
 from dblog.outputs.kafka import KafkaOutput
 from dblog.state import state_from_json
 from dblog.testing import FakeClock, ListOutput, MemoryStateStore, TransactionalListOutput
@@ -146,3 +152,31 @@ def test_a_restart_in_process_does_not_acknowledge_to_the_closed_reader(
     assert out.checkpoint is not None and out.checkpoint.seq > _state(store).seq
     run.go()  # Pipeline.run restarts the same engine
     assert _state(store).seq >= out.checkpoint.seq
+
+
+class FailingFlush(ListOutput):
+    def __init__(self) -> None:
+        super().__init__("failing")
+        self.fail = False
+
+    def flush(self) -> int:
+        if self.fail:
+            raise FatalOutputError("the target refused the commit")
+        return super().flush()
+
+
+def test_a_request_whose_commit_fails_resolves_its_future_with_the_error() -> None:
+    db, table = make_db(5)
+    out, box = FailingFlush(), {}
+
+    def script(run: Run) -> None:
+        if run.polls == 3:  # read in this poll; the request runs first in the next turn
+            db.transaction([("upsert", table, {"id": 100, "v": 1})])  # a pending point
+            out.fail = True
+            box["future"] = run.engine.request_dump([table])
+
+    with pytest.raises(FatalOutputError):
+        Run(db, [out], MemoryStateStore(), settings=fast_settings(flush_interval_s=1e9),
+            on_poll=script, stop_when_idle=False).go()
+    with pytest.raises(DumpRequestError, match="not stored.*refused the commit"):
+        box["future"].result(0)
