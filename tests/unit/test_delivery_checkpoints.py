@@ -178,5 +178,5 @@ def test_a_request_whose_commit_fails_resolves_its_future_with_the_error() -> No
     with pytest.raises(FatalOutputError):
         Run(db, [out], MemoryStateStore(), settings=fast_settings(flush_interval_s=1e9),
             on_poll=script, stop_when_idle=False).go()
-    with pytest.raises(DumpRequestError, match="not stored.*refused the commit"):
+    with pytest.raises(DumpRequestError, match=r"not stored.*refused the commit"):
         box["future"].result(0)
