@@ -35,6 +35,7 @@ from dblog.errors import DblogError, FatalOutputError, RetryableOutputError
 from dblog.formats.base import TableLookup, no_tables
 from dblog.replica import (
     CommitBuffer,
+    LeftOut,
     Plan,
     PurgeSchedule,
     ReplicaProgress,
@@ -242,7 +243,8 @@ class DeltaOutput:
         rows = decoded_rows(plan)
         add_row_kinds(replica.kinds, rows, lambda: self._lookup(replica.source))
         changes = dtab.with_kept(table, replica.kinds, replica.key,
-                                 list(zip(plan.changes, rows, strict=True)), self.name)
+                                 list(zip(plan.changes, rows, strict=True)),
+                                 LeftOut(str(replica.source), f"{self.name}: {replica.source}"))
         if not changes:
             return {}
         source = dtab.batch(replica.kinds, replica.key, changes,

@@ -244,10 +244,9 @@ def live_rows(table: DeltaTable, kinds: dict[str, ColumnKind], key: Sequence[str
 
 
 def with_kept(table: DeltaTable, kinds: dict[str, ColumnKind], key: Sequence[str],
-              changes: Changes, name: str) -> Changes:
+              changes: Changes, left_out: kept.LeftOut) -> Changes:
     """Fill ``keep`` columns from the stored rows (:func:`dblog.replica.kept.with_kept`)."""
-    return kept.with_kept(changes, lambda keys: stored_rows(table, kinds, key, keys),
-                          kept.missing_in(name))
+    return kept.with_kept(changes, lambda keys: stored_rows(table, kinds, key, keys), left_out)
 
 
 def check_table(table: DeltaTable, kinds: dict[str, ColumnKind], key: Sequence[str]) -> None:

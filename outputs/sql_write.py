@@ -219,7 +219,7 @@ def apply_table(conn: Connection, replica: ReplicaTable, plan: TablePlan,
         truncate(conn, replica, plan.truncate)
     changes = kept.with_kept(list(zip(plan.changes, rows, strict=True)),
                              partial(_stored, conn, replica),
-                             kept.missing_in(str(replica.source), "the replica", with_key=True))
+                             kept.LeftOut(str(replica.source)))
     batch = row_tuples(replica, changes, dialect)
     if batch:
         execute_upserts(conn, replica, batch, dialect)

@@ -29,6 +29,7 @@ from .guard import (
     register_scheme,
     scheme_for,
 )
+from .kept import LeftOut
 from .memory import MemoryReplica, StoredRow
 from .progress import Commit, ReplicaProgress
 from .purge import PurgeSchedule
@@ -37,7 +38,7 @@ from .reduce import RowChange, TablePlan, decoded_rows
 __all__ = [
     "BINLOG", "LIMIT", "MARIADB_GTID", "MAX_MINOR", "MYSQL_GTID", "POSTGRES",
     "POSTGRES_AT_COMMIT",
-    "ApplyState", "Commit", "CommitBuffer", "Guard", "GuardScheme", "MajorFrom",
+    "ApplyState", "Commit", "CommitBuffer", "Guard", "GuardScheme", "LeftOut", "MajorFrom",
     "MemoryReplica", "OpenTxn", "Plan", "PurgeSchedule", "ReplicaProgress", "RowChange",
     "StoredRow", "TablePlan", "decoded_rows", "plan_batch", "purge_bound", "register_scheme",
     "scheme_for",

@@ -4,15 +4,38 @@ A :class:`~dblog.replica.reduce.RowChange` with ``keep`` lacks columns the sourc
 send (PostgreSQL unchanged TOAST values); a writer takes them from the row stored, before the
 table plan, under ``keep_from`` (or the change's own key). :func:`with_kept` is that rule
 over any target: the writer only reads its stored rows.
+
+When the replica holds no values to keep (no stored row under the key, or a tombstone), the
+change is **left out**, with one warning per table plan naming the keys and their repair (a
+keyed dump). Why that is sound, where refusing was not:
+
+* the row exists in the source (it was just updated), but the replica never held it: a dump
+  has not reached it yet (a replica fed from a running dump), or the stream started after the
+  row was written. A dump that reaches the key later selects the whole row and writes it with
+  its high watermark's guard, after this change: leaving the change out loses nothing. Where
+  no dump will (the key was in a chunk whose window this very change closed: step 6 of the
+  algorithm drops it from the chunk), the replica lacks the row whether or not this change is
+  written, since a partial row cannot be completed; the warning names the keyed dump that
+  brings it. Refusing instead stopped the output for good: the replay refused again and the
+  dump row that would repair it queued behind;
+* a tombstone holds no values either. It no longer proves a lost change: a key change away
+  from a key whose own earlier partial change was left out leaves that key a tombstone while
+  the source has the row again once a later change moves it back. Left out and named, like
+  a missing row, for the same reasons.
+
+A left-out change writes nothing, so its key keeps what it had (nothing, or the tombstone
+with its older guard): a later full change or dump row of the key is still accepted.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import TypeAlias
 
+import orjson
+
 from dblog.core.model import Key, Row
-from dblog.errors import FatalOutputError
 
 from .guard import Guard
 from .reduce import RowChange
@@ -21,7 +44,44 @@ Changes: TypeAlias = list[tuple[RowChange, Row | None]]
 """A table plan's changes with their decoded rows (None: a tombstone)."""
 Stored: TypeAlias = Mapping[Key, tuple[Guard, Row | None]]
 """Stored rows by key: guard and values, or None for a tombstone."""
-DUMP_AGAIN = "dump the table again (a dump row carries every column)"
+SHOWN_KEYS = 20
+"""How many keys one warning lists (the count says how many there were)."""
+
+log = logging.getLogger("dblog.replica")
+
+
+class LeftOut:
+    """The changes of one replica table left out because the replica does not hold their
+    kept values: ``count`` in all (across flushes), one warning per :meth:`note` call."""
+
+    def __init__(self, table: str, where: str | None = None) -> None:
+        self.table, self.where = table, where or table
+        self.count = 0
+
+    def note(self, changes: list[RowChange]) -> None:
+        """Count ``changes`` and log one WARNING naming their keys and the repair."""
+        self.count += len(changes)
+        keys = sorted({c.key for c in changes}, key=repr)
+        log.warning("%s: %d change(s) left out, they keep unchanged (TOAST) columns %s of "
+                    "rows the replica does not hold, keys %s%s; %s", self.where, len(changes),
+                    sorted(set().union(*(c.keep for c in changes))), keys[:SHOWN_KEYS],
+                    f" and {len(keys) - SHOWN_KEYS} more" if len(keys) > SHOWN_KEYS else "",
+                    repair(self.table, keys))
+
+
+def repair(table: str, keys: list[Key]) -> str:
+    """The keyed dump that brings ``keys``' whole rows (docs/api.md, ``dblog dump``)."""
+    listed = orjson.dumps([list(k) for k in keys], default=str).decode()
+    return (f"a dump still to reach them brings the whole rows; if none will, dump the keys: "
+            f"dblog dump -c <config> --table {table} --keys '{listed}' (or POST "
+            f"/api/v1/dumps {{\"table\": \"{table}\", \"keys\": {listed}}})")
+
+
+def missing_in(where: str, holder: str = "the table", with_key: bool = False) -> LeftOut:
+    """The :class:`LeftOut` of the source table ``where`` (``schema.table``). ``holder`` and
+    ``with_key`` are accepted for the callers of the former refusal and not used."""
+    del holder, with_key
+    return LeftOut(where)
 
 
 def kept_sources(changes: Changes) -> set[Key]:
@@ -33,20 +93,22 @@ def kept_sources(changes: Changes) -> set[Key]:
 
 
 def with_kept(changes: Changes, read: Callable[[set[Key]], Stored],
-              refuse: Callable[[RowChange, Key], FatalOutputError]) -> Changes:
+              left_out: LeftOut) -> Changes:
     """``changes`` with their kept columns filled from ``read(kept_sources(changes))``.
 
     Guarantees: a change without ``keep`` (or a tombstone) is passed as it is; a keeping
     change whose own stored row has an equal or greater guard is left out (the guarded
-    write would refuse it anyway, and its source row may be gone); any other keeping change
-    gets exactly its ``keep`` columns from the source row, and when that row is missing or
-    a tombstone, ``refuse(change, source_key)`` is raised. The order is kept. ``read`` is
-    called once, and not at all when no change keeps a column.
+    write would refuse it anyway, and its source row may be gone); a keeping change whose
+    source row (``keep_from``, else its own key) is missing or a tombstone is left out and
+    noted in ``left_out`` (see the module docstring); any other keeping change gets exactly
+    its ``keep`` columns from the source row. The order is kept. ``read`` is called once,
+    and not at all when no change keeps a column.
     """
     if not any(change.keep for change, _ in changes):
         return changes
     stored = read(kept_sources(changes))
     out: Changes = []
+    unheld: list[RowChange] = []
     for change, row in changes:
         if not change.keep or row is None:
             out.append((change, row))
@@ -54,20 +116,11 @@ def with_kept(changes: Changes, read: Callable[[set[Key]], Stored],
         own = stored.get(change.key)
         if own is not None and own[0] >= change.guard:
             continue
-        source_key = change.key if change.keep_from is None else change.keep_from
-        source = stored.get(source_key)
+        source = stored.get(change.key if change.keep_from is None else change.keep_from)
         if source is None or source[1] is None:
-            raise refuse(change, source_key)
+            unheld.append(change)
+            continue
         out.append((change, {**row, **{c: source[1].get(c) for c in change.keep}}))
+    if unheld:
+        left_out.note(unheld)
     return out
-
-
-def missing_in(where: str, holder: str = "the table", with_key: bool = False
-               ) -> Callable[[RowChange, Key], FatalOutputError]:
-    """The refusal of a change whose kept columns ``holder`` (at ``where``) does not hold."""
-    def refuse(change: RowChange, source_key: Key) -> FatalOutputError:
-        of_key = f" of key {source_key!r}" if with_key else ""
-        return FatalOutputError(f"{where}: the change at seq {change.seq} keeps "
-                                f"{sorted(change.keep)}{of_key}, which {holder} does not hold",
-                                fix=DUMP_AGAIN)
-    return refuse

@@ -30,6 +30,8 @@ class MemoryReplica:
         self.tables: dict[TableId, dict[Key, StoredRow]] = {}
         self.barriers: dict[TableId, Guard] = {}
         self.scheme: str | None = None
+        self.left_out: list[tuple[TableId, Key]] = []
+        """Changes left out: they keep columns of rows the replica does not hold."""
 
     def accepts(self, stored: StoredRow | None, change: RowChange) -> bool:
         """The guard: replace only where the incoming change is later in commit order."""
@@ -55,23 +57,29 @@ class MemoryReplica:
                 del rows[key]
         before = dict(rows) if any(c.keep for c in plan.changes) else rows
         for change in plan.changes:
-            if self.accepts(rows.get(change.key), change):
-                rows[change.key] = StoredRow(change.guard, self._image(plan.table, change,
-                                                                       before))
+            if not self.accepts(rows.get(change.key), change):
+                continue
+            if change.row is None:
+                rows[change.key] = StoredRow(change.guard, None)
+            elif (image := self._image(change, before)) is not None:
+                rows[change.key] = StoredRow(change.guard, image)
+            else:
+                self.left_out.append((plan.table, change.key))
 
-    def _image(self, table: TableId, change: RowChange, before: Mapping[Key, StoredRow]
-               ) -> Row | None:
-        if change.row is None:
-            return None
+    @staticmethod
+    def _image(change: RowChange, before: Mapping[Key, StoredRow]) -> Row | None:
+        """The row to store, or None when the change keeps columns of a row the replica
+        does not hold (missing or a tombstone): left out, as :mod:`dblog.replica.kept`; a
+        kept column the stored row lacks reads None, as in a writer's table."""
+        assert change.row is not None
         row = dict(decoded(change.row))
         if change.keep:
             source_key = change.key if change.keep_from is None else change.keep_from
             source = before.get(source_key)
-            if source is None or source.row is None or not change.keep <= source.row.keys():
-                raise FatalOutputError(
-                    f"{table}: the change at seq {change.seq} keeps {sorted(change.keep)} of "
-                    f"key {source_key!r}, which the replica does not hold")
-            row.update((column, source.row[column]) for column in change.keep)
+            if source is None or source.row is None:
+                return None
+            kept = source.row
+            row.update((column, kept.get(column)) for column in change.keep)
         return row
 
     def live(self, table: TableId) -> dict[Key, Row]:

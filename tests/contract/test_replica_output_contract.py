@@ -343,6 +343,25 @@ def test_a_column_first_seen_null_is_typed_by_a_value_or_the_metadata(
         (3,): {"id": 3, "v": 3, "blob": "b", "note": "x", "n": 5}}
 
 
+def test_a_partial_update_of_a_row_not_held_yet_waits_for_the_dump(target: Target) -> None:
+    """An unchanged-TOAST update of a row a running dump has not reached: left out (not
+    refused, not written without its kept column); the dump row brings the whole row."""
+    partial = ChangeEvent(Op.UPDATE, A, (7,), after={"id": 7, "v": 2}, unchanged=("blob",),
+                          position=lsn(0x101))
+    events = _numbered([[ChangeEvent(Op.BEGIN, None, position=lsn(0x100)), partial,
+                         ChangeEvent(Op.COMMIT, None, position=lsn(0x102))],
+                        [ChangeEvent(Op.READ, A, (7,), after={"id": 7, "v": 2, "blob": "big"},
+                                     position=lsn(0x200), dump_id="d")]])
+    output = target.new_output()
+    output.open(0)
+    output.write(events[:3])
+    assert output.flush() == 3
+    assert target.live(A) == {}
+    output.write(events[3:])
+    output.flush()
+    assert target.live(A) == {(7,): {"id": 7, "v": 2, "blob": "big"}}
+
+
 def _incompatible(target: Target) -> None:
     if isinstance(target, SqlTarget):
         target.execute("CREATE TABLE a (id INTEGER PRIMARY KEY, v BIGINT)")

@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 from dblog.core.model import Key, Row
-from dblog.errors import FatalOutputError
 from dblog.replica import Guard, RowChange
-from dblog.replica.kept import DUMP_AGAIN, Changes, Stored, kept_sources, missing_in, with_kept
+from dblog.replica.kept import Changes, LeftOut, Stored, kept_sources, missing_in, with_kept
 
 G = Guard(10, 1)
 
@@ -59,17 +58,15 @@ def test_a_change_the_stored_guard_refuses_is_left_out() -> None:
 
 
 @pytest.mark.parametrize("stored", [{}, {(5,): (Guard(1, 1), None)}])
-def test_a_missing_or_deleted_source_row_is_refused_with_the_fix(stored: Stored) -> None:
-    changes: Changes = [change(2, {"id": 2}, keep=("blob",), keep_from=5)]
-    with pytest.raises(FatalOutputError) as caught:
-        with_kept(changes, Reader(stored), missing_in("s.t"))
-    assert caught.value.message == ("s.t: the change at seq 2 keeps ['blob'], which the "
-                                    "table does not hold")
-    assert caught.value.fix == DUMP_AGAIN
+def test_a_missing_or_deleted_source_row_leaves_the_change_out(stored: Stored) -> None:
+    """Not refused (a dump still to reach the key brings the whole row): left out, counted."""
+    changes: Changes = [change(2, {"id": 2}, keep=("blob",), keep_from=5), change(3, None)]
+    left_out = LeftOut("s.t")
+    assert with_kept(changes, Reader(stored), left_out) == [changes[1]]
+    assert left_out.count == 1
 
 
-def test_the_refusal_can_name_the_source_key() -> None:
-    refuse = missing_in("s.t", "the replica", with_key=True)
-    error = refuse(change(2, {"id": 2}, keep=("b", "a"))[0], (5,))
-    assert error.message == ("s.t: the change at seq 2 keeps ['a', 'b'] of key (5,), which "
-                             "the replica does not hold")
+def test_the_former_refusals_callers_get_the_left_out_rule() -> None:
+    left_out = missing_in("s.t", "the replica", with_key=True)
+    assert with_kept([change(2, {"id": 2}, keep=("b",))], Reader({}), left_out) == []
+    assert (left_out.table, left_out.count) == ("s.t", 1)
