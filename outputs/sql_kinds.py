@@ -9,13 +9,15 @@ is checked against:
 =========  =====================================  ==========================  ==============
 kind       source types                           canonical value             SQL target
 =========  =====================================  ==========================  ==============
-INT        smallint..bigint, oid, year, bit(<64)  int                         BIGINT
-BIGUINT    bigint unsigned, bit(64)               int up to 2**64-1           NUMERIC(20,0)
+INT        smallint..bigint, oid, year, MySQL     int                         BIGINT
+           bit(<64)
+BIGUINT    bigint unsigned, MySQL bit(64)         int up to 2**64-1           NUMERIC(20,0)
 BOOL       boolean                                bool                        BOOLEAN
 FLOAT      real, double, float                    float                       DOUBLE
 DECIMAL    numeric(p,s), decimal(p,s)             exact text ``"9.90"``       NUMERIC(p,s)
 TEXT       everything else (text, varchar,        text                        TEXT / VARCHAR
-           uuid, temporal, json, binary as hex)
+           uuid, temporal, json, binary as hex,
+           PostgreSQL bit(n) and bit varying)
 JSON       unknown (``any``) or untyped columns   any JSON value              TEXT (JSON)
 =========  =====================================  ==========================  ==============
 
@@ -75,9 +77,12 @@ _CHARS = re.compile(r"^(character varying|varchar|character|char|nvarchar|nchar)
 _BIT = re.compile(r"^bit\s*\((\d+)\)")
 
 
-def kind_of(type_name: str) -> ColumnKind:
+def kind_of(type_name: str, flavour: str | None = None) -> ColumnKind:
     """The kind of a source column type as the connectors name it (PostgreSQL's
-    ``format_type``, MySQL's ``COLUMN_TYPE``)."""
+    ``format_type``, MySQL's ``COLUMN_TYPE``). ``flavour``: the source's
+    (``TableInfo.extra["flavour"]``), where one type name means two things: ``bit(n)`` is
+    an integer in MySQL's events but a bit string (``"0101"``) in PostgreSQL's, whose
+    leading zeros an integer would lose; None: MySQL's meaning."""
     name = type_name.strip().lower()
     if name.endswith("[]") or name == "":
         return ColumnKind(Kind.TEXT)
@@ -85,7 +90,7 @@ def kind_of(type_name: str) -> ColumnKind:
         return ColumnKind(Kind.JSON)
     if name.startswith("bigint") and "unsigned" in name:
         return ColumnKind(Kind.BIGUINT)
-    if bit := _BIT.match(name):
+    if (bit := _BIT.match(name)) and flavour != "postgresql":
         return ColumnKind(Kind.BIGUINT if int(bit.group(1)) >= 64 else Kind.INT)
     if name in ("boolean", "bool"):
         return ColumnKind(Kind.BOOL)
@@ -119,7 +124,8 @@ def kind_of_value(value: Any) -> ColumnKind:
 
 def kinds_of(info: TableInfo) -> dict[str, ColumnKind]:
     """The kind of each of the source table's columns, by its metadata."""
-    return {c.name: kind_of(c.type_name) for c in info.columns}
+    flavour = info.extra.get("flavour")
+    return {c.name: kind_of(c.type_name, flavour) for c in info.columns}
 
 
 def require_info(lookup: Callable[[TableId], TableInfo | None], table: TableId, where: str,
@@ -148,11 +154,11 @@ def add_row_kinds(kinds: dict[str, ColumnKind], rows: Iterable[Row | None],
             continue
         if info is None:
             info = source()
-        known = {} if info is None else {c.name: c.type_name for c in info.columns}
+        known = {} if info is None else kinds_of(info)
         for column, value in row.items():
             if column in kinds or (value is None and column not in known):
                 continue
-            kinds[column] = kind_of(known[column]) if column in known else kind_of_value(value)
+            kinds[column] = known[column] if column in known else kind_of_value(value)
             added = True
     return added
 

@@ -127,7 +127,9 @@ def table_info(
     unknown = [k for k in keys if k not in names]
     if unknown:
         raise DumpRequestError(f"key columns {unknown} are not columns of {table}")
-    extra = {} if not estimate or estimate[1] is None else {"row_bytes": float(estimate[1])}
+    extra: dict[str, object] = {"flavour": "postgresql"}  # bit(n) is a bit string here
+    if estimate and estimate[1] is not None:
+        extra["row_bytes"] = float(estimate[1])
     return TableInfo(table=table, columns=tuple(ColumnInfo(n, t) for n, t in columns),
                      key_columns=keys, estimated_rows=max(0, int(estimate[0])) if estimate else 0,
                      extra=extra)

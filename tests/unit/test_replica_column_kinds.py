@@ -4,10 +4,13 @@ bring before the metadata knows them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from dblog.core.model import ColumnInfo, Row, TableId, TableInfo
+from dblog.core.model import ChangeEvent, ColumnInfo, Op, Row, TableId, TableInfo
 from dblog.errors import FatalOutputError
+from dblog.outputs.sql import SqlOutput, read_live
 from dblog.outputs.sql_kinds import (
     ColumnKind,
     Kind,
@@ -17,6 +20,7 @@ from dblog.outputs.sql_kinds import (
     kinds_of,
     require_info,
 )
+from tests.unit.test_replica_sim import lsn
 
 T = TableId("s", "t")
 INFO = TableInfo(T, (ColumnInfo("id", "integer"), ColumnInfo("name", "text"),
@@ -86,3 +90,35 @@ def test_a_new_column_is_never_typed_from_none() -> None:
     assert kinds["late"] == ColumnKind(Kind.TEXT) and "added" not in kinds
     assert add_row_kinds(kinds, rows, Lookup(INFO)) is True
     assert kinds["added"] == kind_of("numeric(10,2)")
+
+
+def test_postgresql_bit_strings_are_text_mysql_bits_integers() -> None:
+    """One type name, two meanings: PostgreSQL's bit(n) value is "0101" (an integer would
+    drop the leading zero), MySQL's an integer; the source's metadata says which."""
+    assert kind_of("bit(4)", "postgresql") == ColumnKind(Kind.TEXT)
+    assert kind_of("bit(64)", "postgresql") == ColumnKind(Kind.TEXT)
+    assert kind_of("bit varying(8)", "postgresql") == ColumnKind(Kind.TEXT)
+    assert kind_of("bit(4)") == kind_of("bit(4)", "mysql") == ColumnKind(Kind.INT)
+    columns = (ColumnInfo("id", "integer"), ColumnInfo("flags", "bit(4)"))
+    pg = TableInfo(T, columns, ("id",), extra={"flavour": "postgresql"})
+    assert kinds_of(pg)["flags"] == ColumnKind(Kind.TEXT)
+    assert kinds_of(TableInfo(T, columns, ("id",)))["flags"] == ColumnKind(Kind.INT)
+    kinds = {"id": kind_of("integer")}
+    assert add_row_kinds(kinds, [{"id": 1, "flags": "0101"}], Lookup(pg)) is True
+    assert kinds["flags"] == ColumnKind(Kind.TEXT)
+
+
+def test_a_postgresql_bit_string_round_trips_through_a_sqlite_replica(tmp_path: Path) -> None:
+    columns = (ColumnInfo("id", "integer"), ColumnInfo("flags", "bit(4)"))
+    info = TableInfo(T, columns, ("id",), extra={"flavour": "postgresql"})
+    out = SqlOutput({"type": "sql", "url": f"sqlite:///{tmp_path / 'r.db'}"},
+                    tables={T: info}.get)
+    out.bind("p", 1)
+    out.open(0)
+    out.write([ChangeEvent(Op.BEGIN, None, position=lsn(0x100), seq=1),
+               ChangeEvent(Op.INSERT, T, (1,), None, {"id": 1, "flags": "0101"}, lsn(0x90),
+                           seq=2),
+               ChangeEvent(Op.COMMIT, None, position=lsn(0x100), seq=3)])
+    out.flush()
+    assert read_live(out.config, info) == {(1,): {"id": 1, "flags": "0101"}}
+    out.close()
