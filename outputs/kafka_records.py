@@ -8,8 +8,11 @@ adds what the transport owes a Kafka consumer:
   so log compaction removes the key; a key change becomes the delete of the old key, its
   tombstone, then the record of the new key (formats that keep a key change as one record,
   like native, get the old key's delete from the same format);
-* **table-level events** (truncate, schema change; records without a key) go to *every*
-  partition of the table's topic, so each partition orders them with its own rows;
+* **table-level events** (truncate, schema change) go to *every* partition of the table's
+  topic, so each partition orders them with its own rows; the rows of a table without a key
+  go, without a key, to partition 0, in order (and get no tombstone: nothing to compact);
+* tombstones only where the transport's ``tombstones`` and the format's
+  :class:`~dblog.formats.base.TombstonePolicy` both allow them (canal-json: never);
 * **transaction markers** (BEGIN/COMMIT) go to ``transaction_topic`` partition 0 when set,
   else nowhere;
 * **headers** ``dblog.seq`` (the event's sequence number), ``dblog.pos`` (its source
@@ -23,8 +26,8 @@ from typing import NamedTuple
 
 import orjson
 
-from dblog.core.model import ChangeEvent, Op, TableId, TableInfo
-from dblog.formats.base import Format, Record
+from dblog.core.model import TABLE_OPS, ChangeEvent, Op, TableId, TableInfo
+from dblog.formats.base import Format, Record, TombstonePolicy
 from dblog.formats.native import NativeFormat
 from dblog.outputs.kafka_config import topic_name
 
@@ -80,7 +83,9 @@ class RecordPlanner:
                  tables: Callable[[TableId], TableInfo | None]) -> None:
         self.format, self.template, self.values = fmt, template, topic_values
         self.transaction_topic = transaction_topic
-        self.tombstones, self.partitions, self.tables = tombstones, partitions, tables
+        self.tombstones = tombstones and (not isinstance(fmt, TombstonePolicy)
+                                          or fmt.emits_tombstones())
+        self.partitions, self.tables = partitions, tables
         self._native = isinstance(fmt, NativeFormat)
         self.epoch = b"0"
         self._topics: dict[TableId, str] = {}
@@ -137,7 +142,7 @@ class RecordPlanner:
         if table is None:  # BEGIN / COMMIT
             if self.transaction_topic is None:
                 return []  # a format without markers (canal-json) gives no record at all
-            return [KafkaRecord(self.transaction_topic, None, r.value, 0, self.headers(event),
+            return [KafkaRecord(self.transaction_topic, r.key, r.value, 0, self.headers(event),
                                 seq) for r in self.format.encode_records(event)
                     if r.value is not None]
         records = self._records(event, table)
@@ -145,10 +150,13 @@ class RecordPlanner:
             return []
         topic, headers = self.topic(table), self.headers(event)
         out: list[KafkaRecord] = []
+        table_level = event.op in TABLE_OPS
         for record in records:
-            if record.key is None:  # a table-level event: one copy per partition
+            if record.key is None and table_level:  # one copy per partition
                 out.extend(KafkaRecord(topic, None, record.value, p, headers, seq)
                            for p in range(self.partitions(topic)))
+            elif record.key is None:  # a row of a table without a key: one partition, in order
+                out.append(KafkaRecord(topic, None, record.value, 0, headers, seq))
             else:
                 out.append(KafkaRecord(topic, record.key, record.value, ANY_PARTITION,
                                        headers, seq))
@@ -162,7 +170,9 @@ class RecordPlanner:
             # the old key's delete whether or not tombstones follow it: without it a
             # consumer keyed by the old key (or a compacted topic) keeps the old row
             records = self.format.encode_records(old_key_delete(event), info) + records
-        if not self.tombstones or (event.op is not Op.DELETE and event.old_key is None):
+        if not self.tombstones:  # also those the format made
+            return [r for r in records if r.value is not None or r.key is None]
+        if event.op is not Op.DELETE and event.old_key is None:
             return records
         return with_tombstones(records, event)
 

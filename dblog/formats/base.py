@@ -88,6 +88,15 @@ class FormatWithRequirements(Protocol):
 
 
 @runtime_checkable
+class TombstonePolicy(Protocol):
+    """A format that says whether its deletes may be followed by a tombstone (a transport
+    without this asks nothing: native's may). canal-json's may not: its consumers do not
+    expect null records; debezium-json's follow its ``tombstones`` option."""
+
+    def emits_tombstones(self) -> bool: ...
+
+
+@runtime_checkable
 class FormattedOutput(Protocol):
     """An output (a transport) that encodes events with a format."""
 

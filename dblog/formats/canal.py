@@ -56,6 +56,10 @@ class CanalFormat(ChangelogFormat):
         """Canal's flat messages carry no transaction markers."""
         return []
 
+    def emits_tombstones(self) -> bool:
+        """Canal's consumers expect no null records (:class:`TombstonePolicy`)."""
+        return False
+
     def records(self, event: ChangeEvent, info: TableInfo | None, change: Change
                 ) -> list[Record]:
         if change.kind == "truncate" or info is None:

@@ -36,6 +36,7 @@ from dblog.formats.changelog import (
 from dblog.formats.coltypes import Family, parse_type
 from dblog.formats.debezium_values import debezium_converter
 from dblog.formats.rows import RowMapper
+from dblog.spi import LocatedPosition
 
 
 @lru_cache(maxsize=1)
@@ -62,6 +63,10 @@ class DebeziumFormat(ChangelogFormat):
     """The debezium-json encoder; one per output (it counts events within transactions)."""
 
     name = "debezium-json"
+
+    def emits_tombstones(self) -> bool:
+        """Its ``tombstones`` option decides (:class:`TombstonePolicy`)."""
+        return self.options.tombstones
 
     def __init__(self, clock: Callable[[], float] = time.time, **options: Any) -> None:
         self.dbz = parse_options(DebeziumOptions, self.name, options)
@@ -111,8 +116,8 @@ class DebeziumFormat(ChangelogFormat):
         key = None if change.key is None else orjson.dumps(mapper.key(change.key))
         records = [Record(key, orjson.dumps(self._envelope(event, connector, change, before,
                                                           after)))]
-        if change.kind == "delete" and self.options.tombstones:
-            records.append(Record(key, None))
+        if change.kind == "delete" and self.options.tombstones and key is not None:
+            records.append(Record(key, None))  # a keyless row has nothing to compact
         return records
 
     def _envelope(self, event: ChangeEvent, connector: Connector, change: Change,
@@ -174,7 +179,7 @@ class DebeziumFormat(ChangelogFormat):
             fields: dict[str, Any] = {"lsn": _lsn(text), "dblog_position": text}
         else:
             gtid = _gtid(text, kind, txid)
-            file, pos = _binlog_file(text, kind)
+            file, pos = _binlog_file(position)
             fields = {"server_id": _server_id(gtid, connector), "gtid": gtid, "file": file,
                       "pos": pos, "dblog_position": text}
         self._positions = (position, txid, connector, fields)
@@ -210,13 +215,12 @@ def _lsn(position: str | None) -> int | None:
     return int(high, 16) << 32 | int(low, 16)
 
 
-def _binlog_file(position: str | None, kind: str | None) -> tuple[str | None, int | None]:
-    """``mysql-bin.000003:1234`` -> (file, pos) for binlog positions; GTID positions have no
-    file and offset."""
-    if position is None or kind != "binlog":
-        return None, None
-    file, _, pos = position.rpartition(":")
-    return file, int(pos)
+def _binlog_file(position: object) -> tuple[str | None, int | None]:
+    """The binlog file and offset of a position (:class:`~dblog.spi.LocatedPosition`): a
+    binlog position's own; a GTID position's when its log reader saw its commit (where the
+    transaction ends; a dump row's position read back from the state has none)."""
+    location = position.log_location if isinstance(position, LocatedPosition) else None
+    return (None, None) if location is None else location
 
 
 def _gtid(position: str | None, kind: str | None, txid: int | None) -> str | None:

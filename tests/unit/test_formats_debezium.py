@@ -212,8 +212,10 @@ def test_the_source_block_carries_each_sources_position() -> None:
     assert document["source"]["snapshot"] == "incremental" and document["op"] == "r"
     assert document["transaction"] is None and document["ts_ms"] == 1500
     my = table_info("mysql")
+    located = MariadbGtid(((0, 1, 4), (1, 2, 625)), log_location=("mariadb-bin.000002", 1234))
     cases: list[tuple[Position, str, str | None, str | None]] = [
             (MariadbGtid(((0, 1, 4), (1, 2, 625))), "mariadb", "1-2-625", None),
+            (located, "mariadb", "1-2-625", "mariadb-bin.000002"),
             (MysqlGtidSet.parse("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-625"), "mysql",
              "3e11fa47-71ca-11e1-9e33-c80aa9429562:625", None),
             (BinlogPosition("mysql-bin.000003", 1234), "mysql", None, "mysql-bin.000003")]
