@@ -66,7 +66,11 @@ class Record:
 
     def event(self) -> ChangeEvent:
         """The change; a key change arrives as the old key's delete record (in its own
-        partition) and this upsert, so ``old_key`` is left out."""
+        partition) and this upsert, so ``old_key`` is left out: with it the fold would also
+        write the old key's tombstone under this record's guard, an offset of another
+        partition, which does not order against the old key's own records (a later insert of
+        the old key could be refused). Unchanged TOAST columns of a key change are therefore
+        read under the new key, where the table does not hold them (:data:`KEPT_NOTE`)."""
         doc = self.doc
         key = doc.get("key")
         return ChangeEvent(Op(doc["op"]), self.table, None if key is None else tuple(key),
@@ -153,6 +157,13 @@ def infer_table(table: TableId, docs: list[dict[str, Any]],
         return TableInfo(table, stored.columns + extra, stored.key_columns)
     key = _key_columns(table, docs)
     return TableInfo(table, tuple(ColumnInfo(c, t) for c, t in types.items()), key)
+
+
+KEPT_NOTE = (
+    " (spark-apply: the usual cause is a key change whose new row keeps unchanged TOAST "
+    "columns of the old key, whose row is in another Kafka partition and may already be a "
+    "tombstone, docs/outputs/spark.md; to stop it, ALTER TABLE <source table> REPLICA "
+    "IDENTITY FULL on the source so that no column is sent unchanged)")
 
 
 def misfit_fix(table: TableId, column: str) -> str:
@@ -251,7 +262,7 @@ class ApplyJob:
             spark = self.spark = base.newSession()
             self.writer = SparkDeltaWriter(spark, self.config.delta, self.tables.lookup,
                                            self.config.name, 0, checkpoint=False,
-                                           misfit_fix=misfit_fix)
+                                           misfit_fix=misfit_fix, kept_note=KEPT_NOTE)
             self.writer.open()
         except Exception as exc:
             raise classify(exc, "opening the Spark apply job") from exc

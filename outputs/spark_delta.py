@@ -151,12 +151,14 @@ class SparkDeltaWriter:
 
     def __init__(self, spark: SparkSession, config: SparkDeltaSink, lookup: Lookup,
                  pipeline: str, epoch: int, checkpoint: bool = True,
-                 misfit_fix: MisfitFix = _default_fix) -> None:
+                 misfit_fix: MisfitFix = _default_fix, kept_note: str = "") -> None:
         """``checkpoint``: keep the pipeline's row in ``_dblog_checkpoint`` (the apply job,
         whose progress is Spark's own checkpoint, has none). ``misfit_fix``: the fix of a
-        value its column cannot hold (:func:`arrow_batch`)."""
+        value its column cannot hold (:func:`arrow_batch`); ``kept_note``: why a change's
+        kept columns may be missing here, added to the warning of a left-out change
+        (:class:`dblog.replica.kept.LeftOut`)."""
         self.spark, self.config, self.lookup = spark, config, lookup
-        self.misfit_fix = misfit_fix
+        self.misfit_fix, self.kept_note = misfit_fix, kept_note
         self.fence = Fence(spark, config.pipeline or pipeline, epoch)
         self.replicas: dict[TableId, Replica] = {}
         self.checkpoint = SparkCheckpointTable(spark, self._table(NAME), self.fence) \
@@ -241,7 +243,8 @@ class SparkDeltaWriter:
         added = add_row_kinds(replica.kinds, rows, lambda: self.lookup(replica.source))
         changes = kept.with_kept(list(zip(plan.changes, rows, strict=True)),
                                  partial(self.stored_rows, replica),
-                                 kept.missing_in(replica.table.ident))
+                                 kept.LeftOut(str(replica.source),
+                                              f"{replica.table.ident}{self.kept_note}"))
         if not changes:
             return
         source = arrow_batch(replica, changes, self.misfit_fix)

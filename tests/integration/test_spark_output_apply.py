@@ -3,7 +3,12 @@
 SIGKILLed once mid-dump; the apply job reads the topics with Spark's Kafka source and applies
 them to Delta, is itself stopped and restarted from its Spark checkpoint once, and the Delta
 tables it keeps (read with Spark, tombstones filtered) equal the source. One table's keys and
-types come from the job's configuration, the others' are inferred from the records."""
+types come from the job's configuration, the others' are inferred from the records.
+
+Without a broker (micro-batches handed to ``apply_batch``, each by a new run of the job, as a
+restart does): an inferred table keeps its stored types across restarts (a null first value
+does not retype a column), a value its column cannot hold stops with the column and the fix,
+and a key change keeping unchanged TOAST columns is left out with a warning naming why."""
 
 from __future__ import annotations
 
@@ -12,14 +17,17 @@ import random
 import signal
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import orjson
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from dblog.core.model import Key, Row, TableId
+from dblog.errors import FatalOutputError
 from dblog.outputs.spark_apply import ApplyJob
-from dblog.outputs.spark_apply_config import ApplyConfig
+from dblog.outputs.spark_apply_config import ApplyConfig, ApplyKafka
+from dblog.outputs.spark_config import SparkDeltaSink
 from dblog.outputs.sql_kinds import DELETED, from_db, kind_of
 
 from .pgutil import wait_until
@@ -28,7 +36,7 @@ from .test_crash import _dump_progress, _start
 from .test_kafka_output_pipeline import CONFIG, _wait_state_position, kafka_config
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.filterwarnings("ignore:unclosed <socket.socket:ResourceWarning")]
@@ -117,3 +125,51 @@ def test_the_apply_job_restarted_from_its_checkpoint_rebuilds_the_source(
     for table, rows in expected.items():
         assert _delta_rows(spark_session, job, tmp_path / "delta", table) == rows, table
     assert job.tables.lookup(TableId.parse(kit.table("t_comp"))) is not None
+
+
+T = TableId("public", "t")
+
+
+def _run(spark: SparkSession, root: Path, batch_id: int,
+         rows: list[tuple[int, int, dict[str, Any]]]) -> ApplyJob:
+    """One micro-batch of Kafka rows (partition, offset, record) by a new run of the job."""
+    job = ApplyJob(ApplyConfig(kafka=ApplyKafka(bootstrap_servers="127.0.0.1:1", topics=["x"]),
+                               delta=SparkDeltaSink(path=str(root / "delta")),
+                               checkpoint_location=str(root / "ck")), session=spark)
+    job.open()
+    frame: DataFrame = spark.createDataFrame(
+        [(p, o, orjson.dumps(d)) for p, o, d in rows], "partition int, offset long, value binary")
+    job.apply_batch(frame, batch_id)
+    return job
+
+
+def _doc(seq: int, after: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"seq": seq, "op": "insert", "schema": "public", "table": "t", "key": [after["id"]],
+            "after": after, **extra}
+
+
+def test_a_restart_keeps_the_inferred_types_and_a_misfit_names_the_column(
+        spark_session: SparkSession, tmp_path: Path) -> None:
+    _run(spark_session, tmp_path, 0, [(0, 0, _doc(1, {"id": 1, "qty": 5}))])
+    _run(spark_session, tmp_path, 1, [(0, 1, _doc(2, {"id": 2, "qty": None}))])  # was refused
+    job = _run(spark_session, tmp_path, 2, [(0, 2, _doc(3, {"id": 3, "qty": 7}))])
+    assert _delta_rows(spark_session, job, tmp_path / "delta", T) == {
+        (1,): {"id": 1, "qty": 5}, (2,): {"id": 2, "qty": None}, (3,): {"id": 3, "qty": 7}}
+    with pytest.raises(FatalOutputError) as raised:
+        _run(spark_session, tmp_path, 3, [(0, 3, _doc(4, {"id": 4, "qty": "five"}))])
+    assert "column qty holds int64" in raised.value.message and "seq 4" in raised.value.message
+    assert raised.value.fix is not None and "tables.public.t.columns.qty" in raised.value.fix
+
+
+def test_a_key_change_keeping_toast_columns_is_left_out_with_the_cause(
+        spark_session: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Key 1 -> 2 keeping ``big``: the old key's delete in partition 0, the new row in 1."""
+    _run(spark_session, tmp_path, 0, [(0, 0, _doc(1, {"id": 1, "big": "LARGE", "v": 10}))])
+    moved = _doc(3, {"id": 2, "v": 20}, op="update", old_key=[1], unchanged=["big"])
+    deleted = {"seq": 2, "op": "delete", "schema": "public", "table": "t", "key": [1]}
+    with caplog.at_level("WARNING", logger="dblog.replica"):
+        job = _run(spark_session, tmp_path, 1, [(0, 1, deleted), (1, 0, moved)])
+    assert _delta_rows(spark_session, job, tmp_path / "delta", T) == {}
+    warning = " ".join(r.getMessage() for r in caplog.records)
+    assert "the usual cause is a key change" in warning and "REPLICA IDENTITY FULL" in warning
+    assert "--table public.t --keys '[[2]]'" in warning
