@@ -133,7 +133,7 @@ class Delivery:
     def _sink(self, output: Output) -> Sink:
         if self.threaded:
             return ThreadedSink(output, self.clock, self.max_retries, self.max_batches,
-                                self.metrics)
+                                self.metrics, self._may_write)
         return InlineSink(output, self.clock, self.max_retries, self.metrics)
 
     def emit(self, event: ChangeEvent) -> None:

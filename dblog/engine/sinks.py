@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from dblog.core.model import ChangeEvent
+from dblog.errors import LeadershipLost
 from dblog.runtime.retry import retry
 from dblog.spi import (
     Checkpoint,
@@ -142,8 +143,12 @@ class ThreadedSink(InlineSink):
     except the encoding of a :class:`PreEncodingOutput`, done on the engine thread."""
 
     def __init__(self, output: Output, clock: Clock, attempts: int, max_batches: int,
-                 metrics: MetricsSink | None = None) -> None:
+                 metrics: MetricsSink | None = None,
+                 may_write: Callable[[], bool] = lambda: True) -> None:
         super().__init__(output, clock, attempts, metrics)
+        self._may_write = may_write
+        """Asked before each queued item: a deposed leader's queue is dropped, not written,
+        also for an output that is not a FencedOutput."""
         self._queue: queue.Queue[object] = queue.Queue(maxsize=max_batches)
         self._error: BaseException | None = None
         self._flush_pending: _Flush | None = None
@@ -194,6 +199,8 @@ class ThreadedSink(InlineSink):
         """Queue ``item``, waiting while the queue is full, unless the worker failed."""
         while True:
             self._raise()
+            if not self._may_write():
+                raise LeadershipLost(f"leadership lost: nothing more is handed to {self.name}")
             try:
                 self._queue.put(item, timeout=_PUT_WAIT_S)
                 return
@@ -221,7 +228,7 @@ class ThreadedSink(InlineSink):
             item = self._queue.get()
             if item is _STOP:
                 return
-            if self._error is not None or self._dropping:
+            if self._error is not None or self._dropping or not self._may_write():
                 self._release(item)
                 continue
             try:

@@ -4,6 +4,9 @@ what it wrote before it noticed, and a batch it encoded before it noticed never 
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,8 @@ from dblog.core.model import ChangeEvent, Op, TableId
 from dblog.engine.delivery import Delivery
 from dblog.errors import LeadershipLost
 from dblog.outputs.jsonl import JsonlOutput
-from dblog.testing import FakeClock, MemoryStateStore
+from dblog.testing import FakeClock, ListOutput, MemoryStateStore
+from dblog.testing.source import LogOffset
 
 T = TableId("public", "t")
 
@@ -105,3 +109,38 @@ def test_a_deposed_leader_does_not_open_and_cut_back_outputs(tmp_path: Path) -> 
     with pytest.raises(LeadershipLost):
         d.resume(PipelineState(seq=1), 0)
     assert lines(path) == 2
+
+
+class SlowOutput(ListOutput):
+    """An output that is not a FencedOutput (a plug-in), slow until its gate opens."""
+
+    def __init__(self) -> None:
+        super().__init__("slow")
+        self.gate = threading.Event()
+        self.deposed = False
+        self.written_after_deposal = 0
+
+    def write(self, events: Sequence[ChangeEvent]) -> None:
+        self.gate.wait(5)
+        if self.deposed:
+            self.written_after_deposal += len(events)
+        super().write(events)
+
+
+def test_a_deposed_leaders_queued_batches_never_reach_an_unfenced_output() -> None:
+    out = SlowOutput()
+    d = Delivery([out], MemoryStateStore(), FakeClock(), epoch=1, batch_size=10, threaded=True,
+                 max_batches=4)
+    flag = Flag()
+    d.is_leader = flag
+    d.resume(PipelineState(), None)
+    for i in range(40):  # four batches: one in the worker, three queued
+        d.emit(ChangeEvent(Op.INSERT, T, (i,), None, {"id": i}, LogOffset(i)))
+    flag.leader, out.deposed = False, True
+    out.gate.set()  # the output recovers; the worker meets the rest of the queue
+    with pytest.raises(LeadershipLost):
+        for i in range(40, 80):  # the engine, not yet aware, hands over more
+            d.emit(ChangeEvent(Op.INSERT, T, (i,), None, {"id": i}, LogOffset(i)))
+    time.sleep(0.3)  # the worker meets the queued batches before the engine closes
+    d.close()
+    assert out.written_after_deposal <= 10  # at most the batch the worker had taken
