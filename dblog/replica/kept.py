@@ -77,13 +77,6 @@ def repair(table: str, keys: list[Key]) -> str:
             f"/api/v1/dumps {{\"table\": \"{table}\", \"keys\": {listed}}})")
 
 
-def missing_in(where: str, holder: str = "the table", with_key: bool = False) -> LeftOut:
-    """The :class:`LeftOut` of the source table ``where`` (``schema.table``). ``holder`` and
-    ``with_key`` are accepted for the callers of the former refusal and not used."""
-    del holder, with_key
-    return LeftOut(where)
-
-
 def kept_sources(changes: Changes) -> set[Key]:
     """The keys whose stored rows :func:`with_kept` reads: each keeping change's own key and
     its ``keep_from``."""

@@ -7,7 +7,7 @@ import pytest
 
 from dblog.core.model import Key, Row
 from dblog.replica import Guard, RowChange
-from dblog.replica.kept import Changes, LeftOut, Stored, kept_sources, missing_in, with_kept
+from dblog.replica.kept import Changes, LeftOut, Stored, kept_sources, with_kept
 
 G = Guard(10, 1)
 
@@ -30,7 +30,7 @@ class Reader:
 def test_changes_that_keep_nothing_pass_and_nothing_is_read() -> None:
     changes: Changes = [change(1, {"id": 1, "v": 1}), change(2, None)]
     read = Reader({})
-    assert with_kept(changes, read, missing_in("t")) == changes
+    assert with_kept(changes, read, LeftOut("t")) == changes
     assert read.asked == []
 
 
@@ -41,7 +41,7 @@ def test_kept_columns_come_from_the_own_or_the_keep_from_row() -> None:
                         change(3, None),
                         change(2, {"id": 2, "v": 2}, keep=("blob", "x"), keep_from=7)]
     assert kept_sources(changes) == {(1,), (2,), (7,)}
-    out = with_kept(changes, read, missing_in("t"))
+    out = with_kept(changes, read, LeftOut("t"))
     assert [row for _, row in out] == [{"id": 1, "v": 1, "blob": "a"}, None,
                                        {"id": 2, "v": 2, "blob": "b", "x": 2}]
     assert [c for c, _ in out] == [c for c, _ in changes]
@@ -54,7 +54,7 @@ def test_a_change_the_stored_guard_refuses_is_left_out() -> None:
     read = Reader({(1,): (G, {"id": 1, "v": 9, "blob": "new"})})
     changes: Changes = [change(1, {"id": 1, "v": 1}, keep=("blob",), keep_from=5),
                         change(2, {"id": 2, "v": 2})]
-    assert with_kept(changes, read, missing_in("t")) == [changes[1]]
+    assert with_kept(changes, read, LeftOut("t")) == [changes[1]]
 
 
 @pytest.mark.parametrize("stored", [{}, {(5,): (Guard(1, 1), None)}])
@@ -64,9 +64,3 @@ def test_a_missing_or_deleted_source_row_leaves_the_change_out(stored: Stored) -
     left_out = LeftOut("s.t")
     assert with_kept(changes, Reader(stored), left_out) == [changes[1]]
     assert left_out.count == 1
-
-
-def test_the_former_refusals_callers_get_the_left_out_rule() -> None:
-    left_out = missing_in("s.t", "the replica", with_key=True)
-    assert with_kept([change(2, {"id": 2}, keep=("b",))], Reader({}), left_out) == []
-    assert (left_out.table, left_out.count) == ("s.t", 1)
