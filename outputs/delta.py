@@ -136,6 +136,8 @@ class DeltaOutput:
         self.pipeline, self.epoch = self.config.pipeline or "dblog", 0
         self._fence: Callable[[], bool] | None = None
         self._replicas: dict[TableId, DeltaReplica] = {}
+        self._claimed: set[Path] = set()
+        """The tables claimed for this epoch (at open, or at their first use since)."""
         self._ckpt: CheckpointTable | None = None
         self._buffer = CommitBuffer(self.config.commit_every, self.config.commit_interval_s,
                                     commit_idle_s=self.config.commit_idle_s)
@@ -165,7 +167,8 @@ class DeltaOutput:
             ckpt = self._ckpt = CheckpointTable(self.root / "_dblog_checkpoint", self.pipeline,
                                                 self.epoch)
             stored = ckpt.open()
-            for path in self._table_folders():
+            self._claimed = set(self._table_folders())
+            for path in self._claimed:
                 dtab.claim(DeltaTable(str(path)), self.pipeline, self.epoch)
         except Exception as exc:
             raise classify(exc, f"opening {self.name}") from exc
@@ -265,6 +268,12 @@ class DeltaOutput:
         kinds = kinds_of(info)
         partition = self.config.partition_by.get(str(table))
         opened = dtab_open(path, kinds, info.key_columns, partition, self.pipeline, self.epoch)
+        if path not in self._claimed:
+            # made after open (by this run, or by a deposed leader still flushing): claimed
+            # before its greatest key is read, or that leader could append the keys this run
+            # is about to append (blind appends do not conflict): each key twice
+            dtab.claim(opened, self.pipeline, self.epoch)
+            self._claimed.add(path)
         replica = self._replicas[table] = DeltaReplica(table, opened, kinds, info.key_columns)
         return replica
 

@@ -15,8 +15,9 @@ statistics lie outside the batch's keys, so a batch of clustered keys rewrites f
 Fencing (a deposed leader's commit is refused by the table): every commit carries the
 application transaction ``dblog:<pipeline>`` with version ``epoch << 40 | seq``. Before a
 commit the table is reloaded and refused when its transaction version holds a newer epoch. A
-new leader *claims* every existing table of the pipeline when it opens: a metadata commit
-(``dblog.epoch``) under its own version. A deposed leader's commit prepared on a snapshot
+new leader *claims* every existing table of the pipeline when it opens, and a table made
+since at its first use (before its greatest key is read): a metadata commit (``dblog.epoch``)
+under its own version. A deposed leader's commit prepared on a snapshot
 older than the claim conflicts with that metadata change (Delta's optimistic concurrency
 refuses it); one prepared on a newer snapshot sees the newer epoch and is not attempted.
 """
