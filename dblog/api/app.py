@@ -58,10 +58,16 @@ def _api_routes(service: Service) -> APIRouter:
     def list_dumps() -> list[DumpView]:
         return service.list_dumps()
 
-    @api.post("/dumps", response_model=DumpView, status_code=201)
-    def create_dump(body: DumpCreate) -> DumpView:
-        """Queue a dump of tables, of a list of keys of a table, or of a key range."""
-        return service.create(body)
+    @api.post("/dumps", response_model=DumpView, status_code=201, responses={202: {
+        "model": DumpView, "description": "queued for an engine that is starting"}})
+    def create_dump(body: DumpCreate, response: Response) -> DumpView:
+        """Queue a dump of tables, of a list of keys of a table, or of a key range: 201 with
+        the stored dump, or 202 with ``state: queued`` when the engine is not streaming yet
+        (an HA leader starting its term): the dump appears under this id once it is."""
+        view, stored = service.create(body)
+        if not stored:
+            response.status_code = 202
+        return view
 
     @api.get("/dumps/{dump_id}", response_model=DumpView)
     def get_dump(dump_id: str) -> DumpView:

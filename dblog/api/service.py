@@ -128,7 +128,10 @@ class Service:
 
     # -- changing ------------------------------------------------------------------------
 
-    def create(self, body: DumpCreate) -> DumpView:
+    def create(self, body: DumpCreate) -> tuple[DumpView, bool]:
+        """The dump the request made, and whether the engine has stored it already (201);
+        False (202): it was queued durably for an engine that is not streaming yet (an HA
+        leader starting its term), which stores it under this id when it is."""
         status = self._leading()
         if body.kind == "range":
             dump_id = self._range(body, status)
@@ -137,7 +140,13 @@ class Service:
                                   keys=body.keys, dump_id=body.dump_id)
             dump_id = str(self._call(
                 lambda: self.control.request_dump(request, self.timeout), 422))
-        return self.dump_fresh(dump_id)
+        self.status(fresh=True)
+        try:
+            return self.dump(dump_id), True
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+        return _queued_view(dump_id, body), False
 
     def _range(self, body: DumpCreate, status: dict[str, Any]) -> str:
         assert body.table is not None
@@ -183,3 +192,10 @@ class Service:
                            "the capture may be restarting; try again") from exc
         except DblogError as exc:
             raise ApiError(503, f"the capture is not running: {exc.message}", exc.fix) from exc
+
+
+def _queued_view(dump_id: str, body: DumpCreate) -> DumpView:
+    """The view of a dump that is queued but not yet in the engine's status."""
+    key_range = {"from": body.key_from, "to": body.key_to} if body.kind == "range" else None
+    return DumpView(id=dump_id, state="queued", kind=body.kind, rows=0, chunks=0,
+                    estimated_total=0, tables=[], key_range=key_range)

@@ -37,12 +37,14 @@ _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 def queue_dump(client: KazooClient, paths: ZkPaths, tables: list[str] | None = None, *,
-               table: str | None = None, keys: list[list[Any]] | None = None) -> str:
-    """Store a dump request durably; return the id the dump will have. A request of the
-    wrong shape is refused here (DumpRequestError), before anything is stored."""
+               table: str | None = None, keys: list[list[Any]] | None = None,
+               dump_id: str | None = None) -> str:
+    """Store a dump request durably; return the id the dump will have (``dump_id``, or a new
+    one). A request of the wrong shape is refused here (DumpRequestError), before anything
+    is stored."""
     checked = check_request(tables, table, keys)
     request = {
-        "id": new_dump_id(),
+        "id": _new_id(dump_id),
         "tables": None if checked.tables is None else [str(t) for t in checked.tables],
         "table": None if checked.table is None else str(checked.table),
         "keys": None if checked.keys is None else [list(k) for k in checked.keys],
@@ -52,17 +54,29 @@ def queue_dump(client: KazooClient, paths: ZkPaths, tables: list[str] | None = N
 
 
 def queue_range_dump(client: KazooClient, paths: ZkPaths, table: object,
-                     key_from: list[Any] | None, key_to: list[Any] | None) -> str:
+                     key_from: list[Any] | None, key_to: list[Any] | None,
+                     dump_id: str | None = None) -> str:
     """Store a dump request of a key range of ``table`` (both ends included, None: open),
     as :func:`queue_dump`: ``{"table": ..., "range": {"from": [...], "to": [...]}}``."""
     checked = check_range(table, key_from, key_to)
     request = {
-        "id": new_dump_id(), "tables": None, "table": str(checked.table), "keys": None,
+        "id": _new_id(dump_id), "tables": None, "table": str(checked.table), "keys": None,
         "range": {"from": None if checked.key_from is None else list(checked.key_from),
                   "to": None if checked.key_to is None else list(checked.key_to)},
         "queued_at": time.time(),
     }
     return _queued(client, paths, request)
+
+
+def _new_id(dump_id: str | None) -> str:
+    """``dump_id`` (the caller's, making the request idempotent) if it is a valid id, or a
+    new one."""
+    if dump_id is None:
+        return new_dump_id()
+    if not _ID.match(dump_id):
+        raise DumpRequestError(f"a dump id is 1-64 of A-Z a-z 0-9 _ -, got {shown(dump_id)}",
+                               fix="leave dump_id out, or choose one of those characters")
+    return dump_id
 
 
 def _queued(client: KazooClient, paths: ZkPaths, request: dict[str, Any]) -> str:

@@ -77,12 +77,22 @@ class HaInstance:
         pipeline = self.pipeline
         if pipeline is not None and pipeline.is_running():
             return pipeline.request_dump(request, timeout)
+        return self._queue(request)
+
+    def _queue(self, request: DumpRequest) -> str:
+        """Queue ``request`` in ZooKeeper under its own ``dump_id`` (or a new id); a request
+        whose id is queued already is not queued again (a client's retry)."""
+        if request.dump_id is not None and any(
+                queued["id"] == request.dump_id
+                for _, queued in requests.pending(self.client, self.paths)):
+            return request.dump_id
         if request.ranged:
             return requests.queue_range_dump(self.client, self.paths, request.table,
-                                             _listed(request.key_from), _listed(request.key_to))
+                                             _listed(request.key_from), _listed(request.key_to),
+                                             dump_id=request.dump_id)
         return requests.queue_dump(
             self.client, self.paths, None if request.tables is None else list(request.tables),
-            table=request.table,
+            table=request.table, dump_id=request.dump_id,
             keys=None if request.keys is None else [list(k) for k in request.keys])
 
     def request_range_dump(self, table: str, key_from: list[Any] | None,
