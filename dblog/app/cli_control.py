@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -45,13 +46,28 @@ def add_commands(sub: Any) -> None:
 
 
 def _values(text: str) -> list[Any]:
-    """A key given on the command line: JSON (``[1,"a"]``) or comma-separated text."""
+    """A key given on the command line: JSON (``[1,"a"]``) or comma-separated values, each
+    a JSON scalar where it is one (:func:`_scalar`), else the text itself (``k3``)."""
     if text.lstrip().startswith("["):
         value = json.loads(text)
         if not isinstance(value, list):
             raise DblogError(f"not a key: {text}", fix='write it as JSON, e.g. [1,"a"]')
         return value
-    return [v.strip() for v in text.split(",")]
+    return [_scalar(v.strip()) for v in text.split(",")]
+
+
+def _scalar(text: str) -> Any:
+    """``text`` as a JSON scalar if it is one and JSON writes it back the same way (``9``,
+    ``1.5``, ``true``, ``null``, ``"9"``), else as it is: ``007``, ``1e3`` or ``NaN`` stay
+    text, so a text key column gets the very characters typed."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(value, (list, dict)) or json.dumps(value) != text \
+            or (isinstance(value, float) and not math.isfinite(value)):
+        return text
+    return value
 
 
 def _dump_body(args: argparse.Namespace) -> dict[str, Any]:

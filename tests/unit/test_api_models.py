@@ -25,3 +25,20 @@ def test_names_a_statement_could_be_built_from_are_refused(name: str) -> None:
     with pytest.raises(ValidationError) as raised:
         DumpCreate(tables=[name])
     assert "tables.0" in str(raised.value)
+
+
+@pytest.mark.parametrize(("low", "high"), [
+    ([9], [10]), ([9.5], [10]), ([3, "k5"], [3, "k33"]), (["b"], ["a"]), (["9"], ["10"]),
+    ([False], [True]), ([1, "z"], [2, "a"])])
+def test_a_range_is_refused_only_when_reversed_whatever_the_collation(
+        low: list[object], high: list[object]) -> None:
+    body = DumpCreate.model_validate({"table": "public.t", "from": low, "to": high})
+    assert body.kind == "range"
+
+
+@pytest.mark.parametrize(("low", "high"), [([10], [9]), ([True], [False]), ([3, 5], [3, 4]),
+                                           (["a", 2], ["a", 1])])
+def test_a_reversed_range_of_numbers_or_booleans_is_refused(
+        low: list[object], high: list[object]) -> None:
+    with pytest.raises(ValidationError, match="is after"):
+        DumpCreate.model_validate({"table": "public.t", "from": low, "to": high})
