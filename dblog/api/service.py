@@ -60,16 +60,15 @@ class Service:
 
     def status(self, fresh: bool = False) -> dict[str, Any]:
         """``Control.status()``, at most STATUS_TTL_S old unless ``fresh``; 503 when the
-        capture stopped with an error."""
+        capture stopped with an error, whatever its class (a bug included)."""
         with self._lock:
             cached = self._cached
             if not fresh and cached is not None and time.monotonic() - cached[0] < STATUS_TTL_S:
                 return cached[1]
             try:
                 status = self.control.status()
-            except DblogError as exc:
-                raise ApiError(503, f"the capture is not running: {exc.message}",
-                               exc.fix) from exc
+            except Exception as exc:  # whatever stopped the capture: 503, not a crash
+                raise _stopped(exc) from exc
             self._cached = (time.monotonic(), status)
             return status
 
@@ -199,3 +198,14 @@ def _queued_view(dump_id: str, body: DumpCreate) -> DumpView:
     key_range = {"from": body.key_from, "to": body.key_to} if body.kind == "range" else None
     return DumpView(id=dump_id, state="queued", kind=body.kind, rows=0, chunks=0,
                     estimated_total=0, tables=[], key_range=key_range)
+
+
+def _stopped(exc: Exception) -> ApiError:
+    """The 503 answer for the error that stopped the capture (``Control.status()`` raises
+    it): a DblogError with its own fix; anything else, named, with the log as the fix."""
+    if isinstance(exc, DblogError):
+        return ApiError(503, f"the capture is not running: {exc.message}", exc.fix)
+    return ApiError(503, f"the capture stopped on an unexpected error: "
+                         f"{type(exc).__name__}: {exc}",
+                    "the instance's log has the traceback; restart it with dblog run, and "
+                    "report the error if it happens again")
