@@ -48,6 +48,11 @@ class HaInstance:
         self.store = ZooKeeperStateStore(self.client, self.paths, fenced=True)
         self.pipeline: Pipeline | None = None
         self.terms = 0
+        self.restarts = 0
+        """Pipelines started again after a transient failure, over every term (each run is
+        a fresh Pipeline, whose own count stays 0)."""
+        self.in_term = False
+        """Within a term (between election and resignation), the pipeline running or not."""
         self._stop = threading.Event()
 
     def _connect(self, hosts: str, session_s: float, timeout_s: float) -> KazooClient:
@@ -111,16 +116,26 @@ class HaInstance:
         self._leading().set_knobs(chunk_size, chunk_delay_s)
 
     def status(self) -> dict[str, Any]:
+        """The pipeline's status while it exists; between two of a term's runs (the backoff
+        after a transient failure) a leader that does not run; else a standby."""
         pipeline = self.pipeline
-        if pipeline is None:
-            return {"running": False, "role": "standby", "terms": self.terms}
-        return {**pipeline.status(), "role": "leader", "terms": self.terms}
+        counts = {"terms": self.terms, "restarts": self.restarts}
+        if pipeline is not None:
+            return {**pipeline.status(), "role": "leader", **counts}
+        role = "leader" if self._holds_lease() else "standby"
+        return {"running": False, "role": role, **counts}
+
+    def _holds_lease(self) -> bool:
+        return self.in_term and self.election.lease.held()
 
     def dump(self, tables: list[str] | None = None) -> str:
         return self.request_dump(DumpRequest(tables=tables))
 
     def _leading(self) -> Pipeline:
         pipeline = self.pipeline
+        if pipeline is None and self._holds_lease():
+            raise DblogError("this instance leads but its capture is restarting after a "
+                             "transient failure", fix="try again in a few seconds")
         if pipeline is None:
             raise DumpRequestError("this instance is a standby: send the request to the leader",
                                    fix="dblog status shows which instance leads")
@@ -142,6 +157,16 @@ class HaInstance:
             self.client.close()
 
     def _lead(self, epoch: int) -> None:
+        self.in_term = True
+        try:
+            self._lead_while_held(epoch)
+        finally:
+            self.in_term = False
+        self.election.resign()
+        log.info("leadership term with epoch %d is over", epoch)
+
+    def _lead_while_held(self, epoch: int) -> None:
+        """Run the pipeline while the lease holds, again after each transient failure."""
         backoff = Backoff(self.clock, 1.0, 10.0)
         lease = self.election.lease
         while not self._stop.is_set() and lease.held():
@@ -154,17 +179,16 @@ class HaInstance:
                 backoff.reset()
             except FencedError as exc:
                 log.warning("epoch %d fenced: %s", epoch, exc)
-                break
+                return
             except DblogError as exc:
                 if not exc.retryable:
                     log.error("fatal error, giving up leadership: %s", exc)
                     raise
                 delay = backoff.next()
-                log.warning("transient failure, restarting from the committed state in %.0fs: "
-                            "%s", delay, exc)
+                self.restarts += 1
+                log.warning("transient failure, restarting from the committed state in %.0fs "
+                            "(restart %d): %s", delay, self.restarts, exc)
                 self._stop.wait(delay)
-        self.election.resign()
-        log.info("leadership term with epoch %d is over", epoch)
 
     def _run_term(self, pipeline: Pipeline) -> None:
         self.pipeline = pipeline

@@ -1,22 +1,24 @@
 """The HA instance's control contract without a ZooKeeper server: a leader whose pipeline is
 built but not streaming yet (the start of a term) queues dump requests in ZooKeeper under the
-client's own id, and the API answers 202 for them."""
+client's own id, and the API answers 202 for them; a term's restarts after transient failures
+are counted, and the leader says it leads while it waits to restart."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any
 
 import pytest
 
 from dblog.app.pipeline import Pipeline
-from dblog.errors import DumpRequestError
+from dblog.errors import DumpRequestError, RetryableSourceError
 from dblog.ha import requests
 from dblog.ha.runner import HaInstance
 from dblog.ha.zk import ZkPaths
 from dblog.spi import DumpRequest
-from dblog.testing import ListOutput, MemoryConnector, MemoryStateStore
+from dblog.testing import FakeClock, ListOutput, MemoryConnector, MemoryStateStore
 from tests.unit.apiserve import served
 from tests.unit.engine_script import fast_settings
 from tests.unit.test_engine_memory import make_db
@@ -54,7 +56,7 @@ def starting_leader() -> tuple[HaInstance, FakeZk]:
     ha = HaInstance.__new__(HaInstance)
     ha.client = zk
     ha.paths = ZkPaths.of("/dblog", "x")
-    ha.terms, ha._stop = 1, threading.Event()
+    ha.terms, ha.restarts, ha.in_term, ha._stop = 1, 0, True, threading.Event()
     ha.pipeline = Pipeline(MemoryConnector(db), [ListOutput()], state=MemoryStateStore(),
                            settings=fast_settings(4))
     return ha, zk
@@ -91,3 +93,87 @@ def test_the_api_answers_202_for_a_dump_queued_by_a_starting_leader(
             assert answer.status_code == 202, answer.text
             assert answer.json()["id"] == "mine-1" and answer.json()["state"] == "queued"
     assert [q["id"] for q in zk.queued()] == ["mine-1"]
+
+
+class FlakyConnector(MemoryConnector):
+    """Its log reader fails (retryably) on its first ``fails`` polls, across runs."""
+
+    fails = 3
+
+    def log_reader(self) -> Any:
+        reader = super().log_reader()
+        poll = reader.poll
+
+        def flaky(timeout: float) -> Any:
+            if self.fails > 0:
+                self.fails -= 1
+                raise RetryableSourceError("source went away (test)")
+            return poll(timeout)
+
+        reader.poll = flaky  # type: ignore[method-assign]
+        return reader
+
+
+class Lease:
+    def held(self) -> bool:
+        return True
+
+
+class Election:
+    lease = Lease()
+
+    def is_leader(self) -> bool:
+        return True
+
+    def resign(self) -> None:
+        pass
+
+
+def test_a_terms_restarts_are_counted_and_it_leads_while_it_waits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    db, _ = make_db(5)
+    connector, store = FlakyConnector(db), MemoryStateStore()
+    monkeypatch.setattr(Pipeline, "from_config", staticmethod(
+        lambda *_, **__: Pipeline(connector, [ListOutput()], state=store, max_restarts=0,
+                                  settings=fast_settings(4, poll_timeout_s=0.01))))
+    monkeypatch.setattr(HaInstance, "_serve_requests", lambda *_: None)
+    ha, _ = starting_leader()
+    ha.pipeline, ha.in_term, ha.clock = None, False, FakeClock()
+    ha.config, ha.store = None, store  # type: ignore[assignment]  # from_config is a stub
+    ha.election = Election()  # type: ignore[assignment]
+    waits: list[dict[str, Any]] = []
+
+    def backoff(_delay: float | None = None) -> bool:  # the status between two runs
+        waits.append(ha.status())
+        return ha._stop.is_set()
+
+    monkeypatch.setattr(ha._stop, "wait", backoff)
+    term = threading.Thread(target=ha._lead, args=(1,), daemon=True)
+    term.start()
+    with served(ha) as client:
+        deadline = time.monotonic() + 20
+        while not (ha.pipeline is not None and ha.pipeline.is_running()):
+            assert time.monotonic() < deadline and term.is_alive()
+            time.sleep(0.01)
+        metrics = client.get("/metrics").text.splitlines()
+        ha.request_stop()
+        term.join(10)
+    assert [(w["role"], w["running"], w.get("restarts")) for w in waits] == [
+        ("leader", False, 1), ("leader", False, 2), ("leader", False, 3)]
+    assert "dblog_engine_restarts_total 3.0" in metrics and "dblog_leader 1.0" in metrics
+    assert ha.status()["role"] == "standby"  # the term is over
+
+
+def test_between_two_runs_the_leader_is_not_ready_and_refuses_no_dump() -> None:
+    ha, zk = starting_leader()
+    ha.pipeline, ha.restarts = None, 2
+    ha.election = Election()  # type: ignore[assignment]
+    with served(ha) as client:
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["role"] == "leader"
+        assert "dblog_leader 1.0" in client.get("/metrics").text.splitlines()
+        answer = client.post("/api/v1/dumps", json={"tables": ["public.t"], "dump_id": "d"})
+        assert answer.status_code == 202, answer.text  # queued for the next run, not a 421
+        knobs = client.patch("/api/v1/knobs", json={"chunk_size": 5})
+        assert knobs.status_code == 503 and "restarting" in knobs.json()["detail"]
+    assert [q["id"] for q in zk.queued()] == ["d"]
