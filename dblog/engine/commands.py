@@ -7,29 +7,78 @@ queued here; :meth:`CommandChannel.apply` runs the queued commands in arrival or
 of each loop turn. After a command is queued, the waker (the log reader's
 :meth:`~dblog.spi.WakeableLogReader.wakeup`, when it has one) cuts short a poll of an idle log,
 so a command does not wait for the poll timeout.
+
+A command never outlives the run it was queued for: when a run ends, the commands it did not
+apply are dropped (:meth:`CommandChannel.drop_all`), each telling its caller, so a request
+answered as failed is not applied by a later run (a caller that retried would get it twice).
 """
 
 from __future__ import annotations
 
 import queue
 from collections.abc import Callable
+from concurrent.futures import Future
+
+from dblog.errors import DblogError
 
 Command = Callable[[], None]
 
 
+class Rejected(Exception):
+    """A control request refused before it changed anything (carries the reason)."""
+
+    def __init__(self, error: DblogError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def not_running() -> DblogError:
+    return DblogError("it is between two runs (restarting or stopped): the request was not "
+                      "queued", fix="send it again once dblog status shows the capture running")
+
+
 class CommandChannel:
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Command, Command | None]] = queue.SimpleQueue()
         self._waker: Callable[[], None] | None = None
 
     def set_waker(self, waker: Callable[[], None] | None) -> None:
         """What wakes the engine thread (None: nothing; the command waits for the poll)."""
         self._waker = waker
 
-    def submit(self, command: Command) -> None:
-        """Queue ``command`` (any thread) and wake the engine thread."""
-        self._queue.put(command)
+    def submit(self, command: Command, dropped: Command | None = None) -> None:
+        """Queue ``command`` (any thread) and wake the engine thread; ``dropped`` is called
+        instead when the run ends before the command ran."""
+        self._queue.put((command, dropped))
         self.wake()
+
+    def call(self, call: Callable[[], str], *, refuse: bool = False) -> Future[str]:
+        """Run ``call`` on the engine thread; its result, or the error that rejected the
+        request (:class:`Rejected`), resolves the future. Any other error resolves it too
+        (a DblogError as itself, so a capture that is down is told from a refusal) and then
+        stops the engine, as an error of the loop would. ``refuse``: fail at once."""
+        result: Future[str] = Future()
+        if refuse:  # between two runs: none would answer before the caller gives up
+            result.set_exception(not_running())
+            return result
+
+        def run() -> None:
+            try:
+                result.set_result(call())
+            except Rejected as rejected:
+                result.set_exception(rejected.error)
+            except BaseException as exc:
+                result.set_exception(exc if isinstance(exc, DblogError) else DblogError(
+                    f"the request was not stored: {exc}",
+                    fix="the engine restarts from the committed state; send it again"))
+                raise
+
+        def dropped() -> None:
+            if not result.done():
+                result.set_exception(not_running())
+
+        self.submit(run, dropped)
+        return result
 
     def wake(self) -> None:
         waker = self._waker
@@ -41,11 +90,23 @@ class CommandChannel:
         ran = 0
         while True:
             try:
-                command = self._queue.get_nowait()
+                command, _ = self._queue.get_nowait()
             except queue.Empty:
                 return ran
             command()
             ran += 1
+
+    def drop_all(self) -> int:
+        """Drop every queued command, telling each caller (the run ended); how many."""
+        count = 0
+        while True:
+            try:
+                _, dropped = self._queue.get_nowait()
+            except queue.Empty:
+                return count
+            if dropped is not None:
+                dropped()
+            count += 1
 
     def empty(self) -> bool:
         return self._queue.empty()

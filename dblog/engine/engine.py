@@ -37,7 +37,7 @@ from dblog.core.dumps import Dump, DumpState
 from dblog.core.model import TableId
 from dblog.core.recent import RecentTransactions
 from dblog.engine.catalog import TableCatalog
-from dblog.engine.commands import CommandChannel
+from dblog.engine.commands import CommandChannel, Rejected
 from dblog.engine.delivery import Delivery
 from dblog.engine.jobs import BlockingChunkRead, InlineRunner, Runner, overlapping_runner
 from dblog.engine.loop import LogForwarder, TransactionBoundary
@@ -105,6 +105,9 @@ class Engine:
         """The current run's dump side (None before the first run)."""
         self.running = threading.Event()
         self._stop = threading.Event()
+        self._restarting = False
+        """Between two runs: control calls are refused (a call queued before the first run
+        is applied by it)."""
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -125,9 +128,14 @@ class Engine:
             self._tables = TableCatalog(self.connector.chunk_reader)
             opened.callback(self._tables.close)
             runner = opened.enter_context(self._runner(opened, chunks, marks))
+            opened.callback(self._run_ended)  # after running is cleared (LIFO)
             opened.callback(self.running.clear)
             return self._run(reader, chunks, runner, marks)
         raise AssertionError("unreachable")  # for mypy: ExitStack may swallow exceptions
+
+    def _run_ended(self) -> None:
+        self._restarting = True
+        self.commands.drop_all()
 
     @contextlib.contextmanager
     def _runner(self, opened: contextlib.ExitStack, chunks: Any,
@@ -194,6 +202,7 @@ class Engine:
                 # built out of the collector's way and collect young objects less often
                 gc.freeze()
                 gc.set_threshold(200_000, 50, 50)
+            self._restarting = False
             self.running.set()
             try:
                 self._loop(reader, forwarder, marks)
@@ -284,7 +293,7 @@ class Engine:
             try:
                 scheduler.change_state(dump_id, state)
             except DumpRequestError as exc:
-                raise _Rejected(exc) from exc
+                raise Rejected(exc) from exc
             return dump_id
 
         return self._on_engine_thread(change)
@@ -328,25 +337,13 @@ class Engine:
         }
 
     def _on_engine_thread(self, command: Callable[[DumpScheduler], str]) -> Future[str]:
-        """Run ``command`` on the engine thread with the current run's scheduler; its result,
-        or the error that rejected the request, resolves the future. Any other error stops
-        the engine, as an error of the loop would."""
-        result: Future[str] = Future()
-
-        def run() -> None:
+        """Run ``command`` on the engine thread with the current run's scheduler
+        (:meth:`CommandChannel.call`); refused at once between two runs."""
+        def call() -> str:
             assert self.scheduler is not None  # commands are applied inside a run only
-            try:
-                result.set_result(command(self.scheduler))
-            except _Rejected as rejected:
-                result.set_exception(rejected.error)
-            except BaseException as exc:  # the caller learns it at once, not by a timeout
-                result.set_exception(DumpRequestError(
-                    f"the request was not stored: {exc}",
-                    fix="the engine restarts from the committed state; send it again"))
-                raise
+            return command(self.scheduler)
 
-        self.commands.submit(run)
-        return result
+        return self.commands.call(call, refuse=self._restarting)
 
 
 def _accept(scheduler: DumpScheduler, dump_id: str | None, validate: Callable[[], Dump]) -> str:
@@ -357,23 +354,15 @@ def _accept(scheduler: DumpScheduler, dump_id: str | None, validate: Callable[[]
     try:
         dump = validate()
     except DblogError as exc:  # the request fails alone; the engine goes on
-        raise _Rejected(exc) from exc
+        raise Rejected(exc) from exc
     except Exception as exc:  # only dblog's own errors leave the engine
         log.error("dump request failed its checks", exc_info=exc)
-        raise _Rejected(DumpRequestError(
+        raise Rejected(DumpRequestError(
             f"the request could not be checked: {type(exc).__name__}: {exc}")) from exc
     if dump_id is not None:
         dump = replace(dump, id=dump_id)
     scheduler.accept(dump)
     return dump.id
-
-
-class _Rejected(Exception):
-    """A control request refused before it changed anything (carries the reason)."""
-
-    def __init__(self, error: DblogError) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 def _location(position: object) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ from dblog.core.positions import Position
 from dblog.engine.delivery import Delivery
 from dblog.errors import (
     ConfigError,
-    DumpRequestError,
+    DblogError,
     FatalOutputError,
     RetryableSourceError,
     RetryableStateError,
@@ -165,7 +165,7 @@ class FailingFlush(ListOutput):
         return super().flush()
 
 
-def test_a_request_whose_commit_fails_resolves_its_future_with_the_error() -> None:
+def test_a_request_whose_commit_fails_resolves_its_future_with_that_error() -> None:
     db, table = make_db(5)
     out, box = FailingFlush(), {}
 
@@ -178,5 +178,34 @@ def test_a_request_whose_commit_fails_resolves_its_future_with_the_error() -> No
     with pytest.raises(FatalOutputError):
         Run(db, [out], MemoryStateStore(), settings=fast_settings(flush_interval_s=1e9),
             on_poll=script, stop_when_idle=False).go()
-    with pytest.raises(DumpRequestError, match=r"not stored.*refused the commit"):
+    with pytest.raises(FatalOutputError, match="refused the commit"):  # its own class:
+        box["future"].result(0)  # the API answers a refusal 422, a capture that is down 503
+
+
+def test_a_request_a_run_left_unapplied_is_failed_not_applied_by_the_next_run() -> None:
+    """The caller learns the request was not queued (the API answers 503): a retry then
+    queues it once, where a request applied by the next run after its caller gave up would
+    be there twice."""
+    db, table = make_db(5)
+    box: dict[str, Any] = {}
+
+    def script(run: Run) -> bool:
+        if "future" in box:  # the next run: stop after a few turns
+            return run.polls > 6
+        if run.polls == 3:
+            box["future"] = run.engine.request_dump([table])  # applied at the next turn ...
+            raise RetryableSourceError("source connection reset")  # ... which never comes
+        return False
+
+    store = MemoryStateStore()
+    run = Run(db, [ListOutput()], store, settings=fast_settings(), on_poll=script,
+              stop_when_idle=False, max_polls=30)
+    with pytest.raises(RetryableSourceError):
+        run.go()
+    with pytest.raises(DblogError, match="between two runs"):
         box["future"].result(0)
+    between = run.engine.request_dump([table])  # between two runs: refused at once
+    with pytest.raises(DblogError, match="between two runs"):
+        between.result(0)
+    run.go()
+    assert _state(store).dumps.dumps == ()
