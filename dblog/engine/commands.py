@@ -16,7 +16,7 @@ answered as failed is not applied by a later run (a caller that retried would ge
 from __future__ import annotations
 
 import queue
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 
 from dblog.errors import DblogError
@@ -88,25 +88,27 @@ class CommandChannel:
     def apply(self) -> int:
         """Run every queued command (engine thread); return how many ran."""
         ran = 0
-        while True:
-            try:
-                command, _ = self._queue.get_nowait()
-            except queue.Empty:
-                return ran
+        for command, _ in self._taken():
             command()
             ran += 1
+        return ran
 
     def drop_all(self) -> int:
         """Drop every queued command, telling each caller (the run ended); how many."""
         count = 0
-        while True:
-            try:
-                _, dropped = self._queue.get_nowait()
-            except queue.Empty:
-                return count
+        for _, dropped in self._taken():
             if dropped is not None:
                 dropped()
             count += 1
+        return count
+
+    def _taken(self) -> Iterator[tuple[Command, Command | None]]:
+        """The queued commands, each removed as it is taken, until the queue is empty."""
+        while True:
+            try:
+                yield self._queue.get_nowait()
+            except queue.Empty:
+                return
 
     def empty(self) -> bool:
         return self._queue.empty()

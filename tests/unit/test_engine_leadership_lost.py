@@ -37,9 +37,7 @@ def _pipeline(election: Election | None) -> tuple[Pipeline, ListOutput, MemoryDa
     return pipeline, out, db
 
 
-def _write_after_start(out: ListOutput, db: MemoryDatabase, pipeline: Pipeline) -> None:
-    pipeline.start()
-    out.fail_next = LeadershipLost("the target holds a newer epoch's commit")
+def _insert_and_wait_for_the_end(db: MemoryDatabase, pipeline: Pipeline) -> None:
     table = next(iter(db.tables))
     db.transaction([("insert", table, {"id": 2})])
     deadline = time.monotonic() + 10
@@ -50,7 +48,9 @@ def _write_after_start(out: ListOutput, db: MemoryDatabase, pipeline: Pipeline) 
 
 def test_without_an_election_an_outputs_leadership_lost_is_raised() -> None:
     pipeline, out, db = _pipeline(None)
-    _write_after_start(out, db, pipeline)
+    pipeline.start()
+    out.fail_next = LeadershipLost("the target holds a newer epoch's commit")
+    _insert_and_wait_for_the_end(db, pipeline)
     with pytest.raises(LeadershipLost, match="newer epoch"):
         pipeline.join(1)
 
@@ -60,10 +60,5 @@ def test_with_the_election_lost_the_run_ends_quietly() -> None:
     pipeline, _, db = _pipeline(election)
     pipeline.start()
     election.leader = False
-    table = next(iter(db.tables))
-    db.transaction([("insert", table, {"id": 2})])
-    deadline = time.monotonic() + 10
-    while pipeline._thread is not None and pipeline._thread.is_alive():
-        assert time.monotonic() < deadline, "the run did not end"
-        time.sleep(0.01)
+    _insert_and_wait_for_the_end(db, pipeline)
     pipeline.join(1)  # no error: the election ended the run
