@@ -16,6 +16,7 @@ import signal
 import time
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,11 @@ initial_dumps:
 """
 
 
+def _advanced(state: Path, chunks_before: int) -> bool:
+    chunks, dump_state = _dump_progress(state) or (0, "")
+    return chunks > chunks_before or dump_state == "done"
+
+
 @pytest.mark.parametrize("delivery", MODES)
 def test_sigkill_during_dump_with_kafka(kit: Kit, kafka_bootstrap: str, tmp_path: Path,
                                         delivery: str) -> None:
@@ -169,8 +175,13 @@ def test_sigkill_during_dump_with_kafka(kit: Kit, kafka_bootstrap: str, tmp_path
     kills_mid_dump = 0
     with kit.writers(rows=6000, count=2) as writers:
         for _ in range(5):
+            before = (_dump_progress(state) or (0, ""))[0]
             proc = _start(config, log)
-            time.sleep(rng.uniform(4.0, 9.0))  # a start takes 2-4 s here
+            # a start takes 2-4 s here, and on loaded cores a child may spend many more
+            # catching up with the writers' backlog before its first chunk: kill once this
+            # child committed a chunk (or the dump ended), after a random extra moment
+            wait_until(partial(_advanced, state, before), 300, "a chunk committed by this child")
+            time.sleep(rng.uniform(0.0, 2.0))
             progress = _dump_progress(state)
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)
