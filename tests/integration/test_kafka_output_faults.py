@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import Producer
 
 from dblog.errors import DblogError, LeadershipLost, RetryableOutputError
+from dblog.outputs.kafka import KafkaOutput
 from tests.contract.test_output_contract import make_events
 
 from .test_kafka_output import _checkpoint, _output, _prefix
@@ -46,13 +47,19 @@ def _seqs(bootstrap: str, prefix: str) -> list[int]:
     return [d["seq"] for d in docs]
 
 
+def _exactly_once_holding_three(bootstrap: str, prefix: str, **config: Any) -> KafkaOutput:
+    """An exactly-once output, open, that committed events 1-3 with their checkpoint."""
+    output = _output(bootstrap, prefix, delivery="exactly-once", **config)
+    output.open(0)
+    output.write(make_events(1, 3))
+    assert output.flush_checkpoint(_checkpoint(prefix, 3)) == 3
+    return output
+
+
 def test_a_producer_fenced_with_records_in_flight_raises_leadership_lost(
         kafka_bootstrap: str) -> None:
     prefix = _prefix()
-    old = _output(kafka_bootstrap, prefix, delivery="exactly-once", flush_timeout_s=10)
-    old.open(0)
-    old.write(make_events(1, 3))
-    assert old.flush_checkpoint(_checkpoint(prefix, 3)) == 3
+    old = _exactly_once_holding_three(kafka_bootstrap, prefix, flush_timeout_s=10)
     old.write(make_events(4, 10))
     new = _output(kafka_bootstrap, prefix, delivery="exactly-once")
     new.bind(prefix, 2)
@@ -69,10 +76,7 @@ def test_a_producer_fenced_with_records_in_flight_raises_leadership_lost(
 def test_a_transaction_past_its_timeout_is_retryable_and_a_reopen_loses_nothing(
         kafka_bootstrap: str) -> None:
     prefix = _prefix()
-    output = _output(kafka_bootstrap, prefix, delivery="exactly-once", transaction_timeout_s=2)
-    output.open(0)
-    output.write(make_events(1, 3))
-    assert output.flush_checkpoint(_checkpoint(prefix, 3)) == 3
+    output = _exactly_once_holding_three(kafka_bootstrap, prefix, transaction_timeout_s=2)
     output.write(make_events(4, 6))
     time.sleep(5)  # the broker aborts the transaction (timeout 2 s, checked every second)
     with pytest.raises(RetryableOutputError, match="longer than the broker allows"):
