@@ -5,6 +5,7 @@
     DblogError
     ├── ConfigError            invalid configuration; the message names the field and the fix
     ├── DumpRequestError       bad dump request (unknown table, no primary key, malformed key)
+    │   └── DumpIdConflict     the request's dump_id already names a dump of something else
     ├── SourceError            the source database
     │   ├── RetryableSourceError   connection lost, server restarting: retried with backoff
     │   └── FatalSourceError       settings, rights, missing plugin: stops with the fix spelled out
@@ -47,6 +48,15 @@ class ConfigError(DblogError):
 
 class DumpRequestError(DblogError):
     """A dump request cannot be served as asked; nothing else is affected."""
+
+
+class DumpIdConflict(DumpRequestError):
+    """A request's ``dump_id`` already names a dump that reads something else."""
+
+    def __init__(self, dump_id: str, asked: str) -> None:
+        super().__init__(f"dump id {dump_id!r} already names another dump: {asked}",
+                         fix="give this dump a new dump_id, or repeat the first request "
+                             "exactly to get its dump")
 
 
 class SourceError(DblogError):

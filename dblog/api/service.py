@@ -17,7 +17,7 @@ from dblog.api.discovery import Directory
 from dblog.api.models import DumpCreate, DumpView, KnobsUpdate, LeaderView, StatusView
 from dblog.api.progress import RateTracker, dump_view, table_states
 from dblog.core.dumps import DumpState
-from dblog.errors import DblogError, DumpRequestError
+from dblog.errors import DblogError, DumpIdConflict, DumpRequestError
 from dblog.spi import Control, DumpRequest
 
 STATUS_TTL_S = 0.2
@@ -184,6 +184,8 @@ class Service:
         not answer in time 504, a capture that is down 503."""
         try:
             return action()
+        except DumpIdConflict as exc:
+            raise ApiError(409, exc.message, exc.fix) from exc
         except DumpRequestError as exc:
             raise ApiError(rejected, exc.message, exc.fix) from exc
         except FutureTimeout as exc:

@@ -336,6 +336,14 @@ def _table_in(raw: Any) -> TableId:
     return TableId.parse(raw) if isinstance(raw, str) else TableId(raw[0], raw[1])
 
 
+def requested(dump: Dump) -> dict[str, Any]:
+    """What a dump was asked to read (its tables, keys or key range), as JSON values, without
+    its progress: two requests under one dump id must ask for the same."""
+    out = dump_to_json(dump)
+    return {"tables": [t["table"] for t in out["tables"]], "keys": out["keys"],
+            "range": out["range"]}
+
+
 def dump_from_json(raw: dict[str, Any]) -> Dump:
     tables = tuple(
         TableProgress(

@@ -30,6 +30,8 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
 
+import orjson
+
 from dblog.core import dumps as dumpops
 from dblog.core.acks import PipelineState
 from dblog.core.dumprequests import initial_dumps
@@ -44,7 +46,7 @@ from dblog.engine.loop import LogForwarder, TransactionBoundary
 from dblog.engine.outlet import log_skipped
 from dblog.engine.scheduler import DumpScheduler
 from dblog.engine.settings import MAX_CHUNK_SIZE, EngineSettings, Knobs, PhaseHooks
-from dblog.errors import DblogError, DumpRequestError, LeadershipLost
+from dblog.errors import DblogError, DumpIdConflict, DumpRequestError, LeadershipLost
 from dblog.runtime.clock import SingleNodeLeadership, SystemClock
 from dblog.spi import (
     Clock,
@@ -347,18 +349,26 @@ class Engine:
 
 
 def _accept(scheduler: DumpScheduler, dump_id: str | None, validate: Callable[[], Dump]) -> str:
-    """Validate a request and queue its dump (engine thread); a dump with ``dump_id`` already
-    in the state is not queued again."""
-    if dump_id is not None and scheduler.live.get(dump_id) is not None:
-        return dump_id
+    """Validate a request and queue its dump (engine thread). A dump with ``dump_id`` already
+    in the state is not queued again when the request asks for the same (a client's retry;
+    also when the request no longer validates, e.g. its table was dropped since); a request
+    for something else under that id is refused (:class:`DumpIdConflict`)."""
+    existing = None if dump_id is None else scheduler.live.get(dump_id)
     try:
         dump = validate()
     except DblogError as exc:  # the request fails alone; the engine goes on
+        if existing is not None:
+            return existing.id
         raise Rejected(exc) from exc
     except Exception as exc:  # only dblog's own errors leave the engine
         log.error("dump request failed its checks", exc_info=exc)
         raise Rejected(DumpRequestError(
             f"the request could not be checked: {type(exc).__name__}: {exc}")) from exc
+    if existing is not None:
+        asked = orjson.dumps(dumpops.requested(existing), default=str)
+        if asked != orjson.dumps(dumpops.requested(dump), default=str):
+            raise Rejected(DumpIdConflict(existing.id, asked.decode()))
+        return existing.id
     if dump_id is not None:
         dump = replace(dump, id=dump_id)
     scheduler.accept(dump)

@@ -17,12 +17,19 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+import orjson
 from kazoo.client import KazooClient
 
 from dblog.app.config import PipelineConfig
 from dblog.app.pipeline import Pipeline
 from dblog.core.dumps import DumpState
-from dblog.errors import DblogError, DumpRequestError, FencedError, RetryableStateError
+from dblog.errors import (
+    DblogError,
+    DumpIdConflict,
+    DumpRequestError,
+    FencedError,
+    RetryableStateError,
+)
 from dblog.ha import requests
 from dblog.ha.election import ZooKeeperElection
 from dblog.ha.zk import ZkPaths, ZooKeeperStateStore, connect
@@ -87,10 +94,14 @@ class HaInstance:
     def _queue(self, request: DumpRequest) -> str:
         """Queue ``request`` in ZooKeeper under its own ``dump_id`` (or a new id); a request
         whose id is queued already is not queued again (a client's retry)."""
-        if request.dump_id is not None and any(
-                queued["id"] == request.dump_id
-                for _, queued in requests.pending(self.client, self.paths)):
-            return request.dump_id
+        if request.dump_id is not None:
+            for _, queued in requests.pending(self.client, self.paths):
+                if queued["id"] != request.dump_id:
+                    continue
+                asked = _asks(requests.dump_request(queued))
+                if asked != _asks(request):
+                    raise DumpIdConflict(request.dump_id, asked.decode())
+                return request.dump_id
         if request.ranged:
             return requests.queue_range_dump(self.client, self.paths, request.table,
                                              _listed(request.key_from), _listed(request.key_to),
@@ -216,6 +227,17 @@ class HaInstance:
                 requests.consume(self.client, self.paths, submit, timeout=30.0)
             except (DblogError, FutureTimeout) as exc:
                 log.warning("serving dump requests: %s", exc or type(exc).__name__)
+
+
+def _asked(request: DumpRequest) -> dict[str, Any]:
+    """What ``request`` asks for, without its id."""
+    asked = {"tables": request.tables, "table": request.table, "keys": request.keys,
+             "from": request.key_from, "to": request.key_to, "range": request.ranged}
+    return {name: value for name, value in asked.items() if value not in (None, False)}
+
+
+def _asks(request: DumpRequest) -> bytes:
+    return orjson.dumps(_asked(request), default=str)
 
 
 def _listed(key: Sequence[Any] | None) -> list[Any] | None:
