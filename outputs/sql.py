@@ -156,8 +156,8 @@ class SqlOutput:
         engine = self._engine
         with translated(engine.dialect.name, f"opening {self.name}"):
             self._ckpt_table.create(engine, checkfirst=True)
-            stored = ckpt.load(engine, self._ckpt_table, self.pipeline)  # its committer's epoch
-            ckpt.claim(engine, self._ckpt_table, self.pipeline, self.epoch)
+            # one transaction: what it returns is what it fenced (its committer's epoch)
+            stored = ckpt.claim(engine, self._ckpt_table, self.pipeline, self.epoch)
         if stored is None:
             stored = ckpt.StoredCheckpoint(self.epoch, 0, None, None)
         self._progress.restore(stored.scheme, stored.barriers, stored.checkpoint(self.pipeline),

@@ -12,8 +12,10 @@ update matches no row once its successor's epoch is stored (PostgreSQL and InnoD
 row after waiting for the lock; SQLite writers hold the database lock), and the output
 then rolls back its transaction and stops: nothing it wrote is committed. A new leader claims
 the row when it opens, before its first flush, so a frozen leader resumed after a takeover is
-refused even if its successor has not written yet. ``flushes`` grows with every commit, so the
-update always changes the row (MySQL counts changed rows unless FOUND_ROWS is set).
+refused even if its successor has not written yet; the claim reads the row it locked, in the
+same transaction (:func:`claim`), so the new leader starts from exactly the state it fenced.
+``flushes`` grows with every commit, so the update always changes the row (MySQL counts
+changed rows unless FOUND_ROWS is set).
 """
 
 from __future__ import annotations
@@ -67,28 +69,36 @@ def decode_barriers(text: str) -> dict[TableId, Guard]:
     return {TableId(s, n): Guard(major, minor) for s, n, major, minor in orjson.loads(text)}
 
 
-def load(engine: Engine, table: sa.Table, pipeline: str) -> StoredCheckpoint | None:
-    with engine.connect() as conn:
-        row = conn.execute(sa.select(table).where(table.c.pipeline == pipeline)).mappings() \
-            .first()
-    if row is None:
-        return None
+def _stored(row: Any) -> StoredCheckpoint:
     state = orjson.loads(row["state"]) if row["state"] else None
     return StoredCheckpoint(int(row["epoch"]), int(row["seq"]), state, row["scheme"],
                             decode_barriers(row["barriers"]))
 
 
-def claim(engine: Engine, table: sa.Table, pipeline: str, epoch: int) -> None:
-    """Store ``epoch`` in the pipeline's row (created when missing): from now on commits of
-    older epochs are refused. Raises :class:`LeadershipLost` when a newer epoch holds it."""
+def claim(engine: Engine, table: sa.Table, pipeline: str, epoch: int
+          ) -> StoredCheckpoint | None:
+    """Claim the pipeline's row for ``epoch`` and return what it held (None: no row yet, one
+    is created), in **one transaction** that locks the row before reading it, so what the
+    new leader loads is exactly the row it fenced: a deposed leader's commit either landed
+    before the lock was taken (and is read) or waits for this transaction and is then refused
+    by its fence. Loading first and claiming in a second transaction left a window between
+    the two in which a deposed leader's commit was neither read nor refused.
+
+    The lock: a write to the row first (PostgreSQL and InnoDB lock the row, and re-read it
+    after waiting for a lock held by another writer; SQLite takes the database's write lock),
+    then a locking read of the row (``FOR UPDATE`` where the dialect has it), then the fence.
+    Raises :class:`LeadershipLost` when a newer epoch holds the row (nothing is changed)."""
     with engine.begin() as conn:
-        exists = conn.execute(sa.select(table.c.epoch).where(table.c.pipeline == pipeline)
-                              ).first()
-        if exists is None:
+        locked = conn.execute(table.update().where(table.c.pipeline == pipeline)
+                              .values(flushes=table.c.flushes + 1))
+        if locked.rowcount != 1:
             conn.execute(table.insert().values(pipeline=pipeline, epoch=epoch, seq=0,
                                                barriers="[]", flushes=0))
-            return
-        fence(conn, table, pipeline, epoch, {})
+            return None
+        row = conn.execute(sa.select(table).where(table.c.pipeline == pipeline)
+                           .with_for_update()).mappings().one()
+        fence(conn, table, pipeline, epoch, {})  # raises for a newer epoch: rolled back
+        return _stored(row)
 
 
 def fence(conn: Connection, table: sa.Table, pipeline: str, epoch: int,
