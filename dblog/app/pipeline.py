@@ -33,6 +33,7 @@ from dblog.engine import Engine, EngineSettings, PhaseHooks
 from dblog.errors import DblogError
 from dblog.runtime.retry import Backoff
 from dblog.spi import DumpRequest, LeaderElection, Output, SourceConnector, StateStore
+from dblog.spi.metrics import MetricsSink
 from dblog.state import FileStateStore
 
 log = logging.getLogger("dblog.app.pipeline")
@@ -50,9 +51,10 @@ class Pipeline:
         hooks: PhaseHooks | None = None,
         max_restarts: int = 20,
         election: LeaderElection | None = None,
+        metrics: MetricsSink | None = None,
     ) -> None:
         self.engine = Engine(source, outputs, state or FileStateStore(state_path), settings,
-                             hooks=hooks, election=election)
+                             hooks=hooks, election=election, metrics=metrics)
         self.max_restarts = max_restarts
         self.restarts = 0
         """How often a transient failure restarted the engine from the committed state."""
@@ -62,8 +64,8 @@ class Pipeline:
 
     @classmethod
     def from_config(cls, config: PipelineConfig | str, *, state: StateStore | None = None,
-                    election: LeaderElection | None = None,
-                    max_restarts: int = 20) -> Pipeline:
+                    election: LeaderElection | None = None, max_restarts: int = 20,
+                    metrics: MetricsSink | None = None) -> Pipeline:
         from dblog.app.plugins import build_connector, build_output
 
         cfg = load_config(config) if isinstance(config, str) else config
@@ -72,7 +74,7 @@ class Pipeline:
         initial = tuple(None if d.tables is None else tuple(d.tables) for d in cfg.initial_dumps)
         settings = cfg.engine.model_copy(update={"initial_dumps": initial})
         return cls(source, outputs, state=state, state_path=cfg.state.path, settings=settings,
-                   election=election, max_restarts=max_restarts)
+                   election=election, max_restarts=max_restarts, metrics=metrics)
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from dblog.ha.zk import ZkPaths, ZooKeeperStateStore, connect
 from dblog.runtime.clock import SystemClock
 from dblog.runtime.retry import Backoff
 from dblog.spi import Clock, DumpRequest
+from dblog.spi.metrics import Counters
 
 log = logging.getLogger("dblog.ha")
 
@@ -58,6 +59,9 @@ class HaInstance:
         self.restarts = 0
         """Pipelines started again after a transient failure, over every term (each run is
         a fresh Pipeline, whose own count stays 0)."""
+        self.metrics = Counters()
+        """The engine's counters over every term and restart, so the exported totals never
+        fall back to 0 while this process runs."""
         self.in_term = False
         """Within a term (between election and resignation), the pipeline running or not."""
         self._stop = threading.Event()
@@ -185,8 +189,9 @@ class HaInstance:
                 self._stop.wait(0.05)  # suspended or not renewed yet: emit nothing, wait
                 continue
             try:
-                self._run_term(Pipeline.from_config(self.config, state=self.store,
-                                                    election=self.election, max_restarts=0))
+                self._run_term(Pipeline.from_config(
+                    self.config, state=self.store, election=self.election, max_restarts=0,
+                    metrics=self.metrics))
                 backoff.reset()
             except FencedError as exc:
                 log.warning("epoch %d fenced: %s", epoch, exc)

@@ -18,6 +18,7 @@ from dblog.ha import requests
 from dblog.ha.runner import HaInstance
 from dblog.ha.zk import ZkPaths
 from dblog.spi import DumpRequest
+from dblog.spi.metrics import Counters
 from dblog.testing import FakeClock, ListOutput, MemoryConnector, MemoryStateStore
 from tests.unit.apiserve import served
 from tests.unit.engine_script import fast_settings
@@ -57,6 +58,7 @@ def starting_leader() -> tuple[HaInstance, FakeZk]:
     ha.client = zk
     ha.paths = ZkPaths.of("/dblog", "x")
     ha.terms, ha.restarts, ha.in_term, ha._stop = 1, 0, True, threading.Event()
+    ha.metrics = Counters()
     ha.pipeline = Pipeline(MemoryConnector(db), [ListOutput()], state=MemoryStateStore(),
                            settings=fast_settings(4))
     return ha, zk
@@ -177,3 +179,51 @@ def test_between_two_runs_the_leader_is_not_ready_and_refuses_no_dump() -> None:
         knobs = client.patch("/api/v1/knobs", json={"chunk_size": 5})
         assert knobs.status_code == 503 and "restarting" in knobs.json()["detail"]
     assert [q["id"] for q in zk.queued()] == ["d"]
+
+
+class FailsOnceAfterEvents(MemoryConnector):
+    """Its log reader fails (retryably) once, on its 20th poll (the log delivered by then)."""
+
+    polls = 0
+
+    def log_reader(self) -> Any:
+        reader = super().log_reader()
+        poll = reader.poll
+
+        def flaky(timeout: float) -> Any:
+            type(self).polls += 1
+            if type(self).polls == 20:
+                raise RetryableSourceError("source went away (test)")
+            return poll(timeout)
+
+        reader.poll = flaky  # type: ignore[method-assign]
+        return reader
+
+
+def test_the_event_counters_keep_counting_across_a_restart_within_a_term(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    db, table = make_db(0)
+    for k in range(3):
+        db.transaction([("upsert", table, {"id": k, "v": 1})])
+    connector, store = FailsOnceAfterEvents(db), MemoryStateStore()
+    monkeypatch.setattr(Pipeline, "from_config", staticmethod(
+        lambda *_, metrics=None, **__: Pipeline(
+            connector, [ListOutput()], state=store, max_restarts=0, metrics=metrics,
+            settings=fast_settings(4, poll_timeout_s=0.01))))
+    monkeypatch.setattr(HaInstance, "_serve_requests", lambda *_: None)
+    ha, _ = starting_leader()
+    ha.pipeline, ha.in_term, ha.clock = None, False, FakeClock()
+    ha.config, ha.store = None, store  # type: ignore[assignment]  # from_config is a stub
+    ha.election = Election()  # type: ignore[assignment]
+    monkeypatch.setattr(ha._stop, "wait", lambda _delay=None: ha._stop.is_set())
+    term = threading.Thread(target=ha._lead, args=(1,), daemon=True)
+    term.start()
+    with served(ha) as client:
+        deadline = time.monotonic() + 20
+        while not (ha.restarts == 1 and ha.pipeline is not None and ha.pipeline.is_running()):
+            assert time.monotonic() < deadline and term.is_alive()
+            time.sleep(0.01)
+        metrics = client.get("/metrics").text.splitlines()
+        ha.request_stop()
+        term.join(10)
+    assert 'dblog_events_total{op="insert",table="public.t"} 3.0' in metrics, metrics
