@@ -173,6 +173,7 @@ class HaInstance:
 
     def _lead(self, epoch: int) -> None:
         self.in_term = True
+        self.metrics.forget_lag()  # what an earlier term read says nothing of this one's lag
         try:
             self._lead_while_held(epoch)
         finally:

@@ -98,6 +98,12 @@ class Counters:
         with self._lock:
             self.discards[str(table), reason] += 1
 
+    def forget_lag(self) -> None:
+        """Drop the marks the lag is measured from (a new leadership term starts: it reads
+        from the committed position, not from where this instance stopped last time)."""
+        with self._lock:
+            self.last_commit_ts, self.caught_up_at = None, None
+
     def lag_seconds(self, now: float | None = None) -> float | None:
         """Seconds behind the source (None before anything was read or emitted)."""
         now = time.time() if now is None else now

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -41,3 +42,13 @@ def test_events_are_counted_per_op_and_table(batches: list[list[tuple[Op, int, b
     assert counted == {k: n for k, n in expected.items() if n}
     assert counters.snapshot()["batches"] == len(batches)
     assert counters.snapshot()["last_commit_ts"] == last_commit_ts
+
+
+def test_forgetting_the_lag_marks_gives_no_lag_until_the_next_read() -> None:
+    counters = Counters()
+    counters.caught_up()
+    assert counters.lag_seconds() is not None
+    counters.forget_lag()
+    assert counters.lag_seconds() is None and counters.snapshot()["lag_s"] is None
+    counters.caught_up()
+    assert counters.lag_seconds() == pytest.approx(0.0, abs=1.0)
