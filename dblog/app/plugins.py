@@ -22,23 +22,32 @@ _BUILTIN = {
                       "delta": "dblog.outputs.delta:DeltaOutput",
                       "spark": "dblog.outputs.spark:SparkOutput"},
 }
+_EXTRAS = {"postgres": "postgres", "mysql": "mysql", "mariadb": "mysql", "kafka": "kafka",
+           "sql": "sql", "delta": "delta", "spark": "spark"}
+"""The pip extra that installs what a built-in connector or output imports."""
 
 
 def _load(group: str, name: str) -> Any:
-    for ep in entry_points(group=group):
-        if ep.name == name:
-            return ep.load()
+    """The class a ``type`` names: an installed entry point, else dblog's built-in one. A
+    driver that is missing (ImportError) is a ConfigError naming the extra to install."""
+    load = next((ep.load for ep in entry_points(group=group) if ep.name == name), None)
     target = _BUILTIN[group].get(name)
-    if target is None:
+    if load is None and target is None:
         known = sorted({ep.name for ep in entry_points(group=group)} | set(_BUILTIN[group]))
         raise ConfigError(f"unknown {group.split('.')[-1][:-1]} type {name!r}",
                           fix=f"use one of: {', '.join(known)}")
-    module, _, attr = target.partition(":")
     try:
-        return getattr(__import__(module, fromlist=[attr]), attr)
+        return load() if load is not None else _builtin(target or "")
     except ImportError as exc:
+        extra = _EXTRAS.get(name)
         raise ConfigError(f"{name} support is not installed ({exc})",
-                          fix=f"pip install 'dblog[{name}]'") from exc
+                          fix=f"pip install 'dblog[{extra}]'" if extra else
+                          "reinstall dblog: one of its own modules failed to import") from exc
+
+
+def _builtin(target: str) -> Any:
+    module, _, attr = target.partition(":")
+    return getattr(__import__(module, fromlist=[attr]), attr)
 
 
 class ConnectorClass(Protocol):
