@@ -25,8 +25,10 @@ Delta (Arrow types): INT int64, BIGUINT decimal(20,0), BOOL bool, FLOAT float64,
 decimal(p,s) up to 38 digits (string beyond, or without a precision), TEXT and JSON string.
 SQLite stores DECIMAL and BIGUINT as TEXT (its NUMERIC affinity would round them); MySQL and
 MariaDB store an unconstrained ``numeric`` as TEXT (their DECIMAL has a fixed scale) and text
-keys as ``VARCHAR(n) COLLATE utf8mb4_bin`` (a key needs a length, and a case-insensitive
-collation would merge keys that differ in case).
+keys as ``VARCHAR(n)`` under a binary **NO PAD** collation (:func:`mysql_key_collation`): a
+key needs a length, a case-insensitive collation would merge keys that differ in case, and a
+PAD SPACE one (``utf8mb4_bin``) keys that differ in trailing spaces, which a PostgreSQL
+source (or a NO PAD MySQL column) keeps apart.
 """
 
 from __future__ import annotations
@@ -47,7 +49,12 @@ from dblog.errors import FatalOutputError
 
 GUARD_MAJOR, GUARD_MINOR, DELETED = "_dblog_major", "_dblog_minor", "_dblog_deleted"
 GUARD_COLUMNS = (GUARD_MAJOR, GUARD_MINOR, DELETED)
-_MYSQL_KEY_LENGTH = 255
+MYSQL_KEY_LENGTH = 255
+"""The length of a MySQL/MariaDB text key column whose source type has none (``text``)."""
+MYSQL_KEY_MAX = 768
+"""The longest utf8mb4 VARCHAR an InnoDB key holds (3,072 bytes, 4 per character)."""
+NOPAD_BINARY = frozenset({"utf8mb4_nopad_bin", "utf8mb4_0900_bin", "binary"})
+"""MySQL/MariaDB collations under which keys are equal only when their bytes are."""
 
 
 class Kind(str, Enum):
@@ -75,6 +82,7 @@ _FLOATS = re.compile(r"^(real|double|float)")
 _DECIMALS = re.compile(r"^(numeric|decimal)\s*(\(\s*(\d+)\s*(,\s*(\d+)\s*)?\))?")
 _CHARS = re.compile(r"^(character varying|varchar|character|char|nvarchar|nchar)\s*\((\d+)\)")
 _BIT = re.compile(r"^bit\s*\((\d+)\)")
+_BINARY = re.compile(r"^(binary|varbinary)\s*\((\d+)\)")
 
 
 def kind_of(type_name: str, flavour: str | None = None) -> ColumnKind:
@@ -106,6 +114,8 @@ def kind_of(type_name: str, flavour: str | None = None) -> ColumnKind:
         return ColumnKind(Kind.TEXT, length=int(chars.group(2)))
     if name == "uuid":
         return ColumnKind(Kind.TEXT, length=36)
+    if binary := _BINARY.match(name):  # canonical values are hex: two characters a byte
+        return ColumnKind(Kind.TEXT, length=2 * int(binary.group(2)))
     return ColumnKind(Kind.TEXT)
 
 
@@ -180,12 +190,33 @@ def stored_as_text(kind: ColumnKind, dialect: str) -> bool:
     return _stored_as_text(kind, dialect)
 
 
-def sa_type(kind: ColumnKind, dialect: str, key: bool) -> TypeEngine[Any]:
-    """The target column type of ``kind`` (``key``: part of the primary key)."""
+def mysql_key_collation(is_mariadb: bool, version: tuple[int | str, ...]) -> str:
+    """The collation of a MySQL/MariaDB replica's text key columns: binary and NO PAD, so
+    keys are equal only when the source's are (``'a'``, ``'A'`` and ``'a '`` stay three
+    keys): ``utf8mb4_nopad_bin`` on MariaDB (10.2+), ``utf8mb4_0900_bin`` on MySQL 8.0.17+.
+    Older MySQL has none: ``utf8mb4_bin`` (PAD SPACE), whose keys ending in a space the
+    output refuses (``sql_schema.KeyText.padded``)."""
+    if is_mariadb:
+        return "utf8mb4_nopad_bin"
+    numbers = tuple(v for v in version if isinstance(v, int))
+    return "utf8mb4_0900_bin" if numbers >= (8, 0, 17) else "utf8mb4_bin"
+
+
+def mysql_key_length(kind: ColumnKind) -> int:
+    """The VARCHAR length of a MySQL/MariaDB text key column of ``kind``: the source's, else
+    :data:`MYSQL_KEY_LENGTH`, at most :data:`MYSQL_KEY_MAX` (longer keys are refused when
+    written, naming the fix)."""
+    return min(kind.length or MYSQL_KEY_LENGTH, MYSQL_KEY_MAX)
+
+
+def sa_type(kind: ColumnKind, dialect: str, key: bool,
+            key_collation: str = "utf8mb4_nopad_bin") -> TypeEngine[Any]:
+    """The target column type of ``kind`` (``key``: part of the primary key;
+    ``key_collation``: a MySQL/MariaDB text key's, :func:`mysql_key_collation`)."""
     if _stored_as_text(kind, dialect):
         if dialect in ("mysql", "mariadb"):
             if key:
-                return String(kind.length or _MYSQL_KEY_LENGTH, collation="utf8mb4_bin")
+                return String(mysql_key_length(kind), collation=key_collation)
             return Text(2**32 - 1, collation="utf8mb4_bin")  # LONGTEXT
         return Text()
     if kind.kind is Kind.INT:

@@ -20,7 +20,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dblog.core.model import TableId, TableInfo
+from dblog.core.model import Key, TableId, TableInfo
+from dblog.core.requestcheck import shown
 from dblog.errors import FatalOutputError
 
 from .sql_kinds import (
@@ -28,14 +29,34 @@ from .sql_kinds import (
     GUARD_COLUMNS,
     GUARD_MAJOR,
     GUARD_MINOR,
+    MYSQL_KEY_MAX,
+    NOPAD_BINARY,
     ColumnKind,
     Kind,
     kinds_of,
+    mysql_key_collation,
+    mysql_key_length,
     sa_type,
+    stored_as_text,
 )
 
 _NAME_LIMIT = {"postgresql": 63, "mysql": 64, "mariadb": 64}
 _DROP = "or drop the table (and its view) so that dblog creates it, then dump the source again"
+
+
+@dataclass(frozen=True)
+class KeyText:
+    """A text key column of a MySQL/MariaDB replica table and what it holds: at most
+    ``length`` characters (a VARCHAR; longer keys would be cut, or refused by a strict
+    server with no word of the fix) and, when ``padded`` (a PAD SPACE collation, only on
+    MySQL before 8.0.17), no key ending in a space (it would meet the key without it)."""
+
+    column: str
+    at: int
+    """Its index in the key."""
+    length: int
+    collation: str
+    padded: bool = False
 
 
 @dataclass
@@ -48,6 +69,10 @@ class ReplicaTable:
     key: tuple[str, ...]
     kinds: dict[str, ColumnKind] = field(default_factory=dict)
     """Every data column the output writes, in table order, with its kind."""
+    key_texts: tuple[KeyText, ...] = ()
+    """MySQL/MariaDB: the text key columns, whose keys are checked before a write."""
+    key_collation: str = "utf8mb4_nopad_bin"
+    """MySQL/MariaDB: the collation of text key columns this output creates."""
 
 
 @dataclass(frozen=True)
@@ -88,14 +113,16 @@ class Naming:
 
 
 def build_table(source: TableId, name: str, schema: str | None, kinds: dict[str, ColumnKind],
-                key: tuple[str, ...], dialect: str) -> sa.Table:
+                key: tuple[str, ...], dialect: str,
+                key_collation: str = "utf8mb4_nopad_bin") -> sa.Table:
     """The SQLAlchemy table of a replica (nothing is created here)."""
     missing = [k for k in key if k not in kinds]
     if not key or missing:
         raise FatalOutputError(f"{source}: no usable primary key for a replica (key columns "
                                f"{list(key)}, missing {missing})",
                                fix="give the source table a primary key or set key columns")
-    columns = [sa.Column(c, sa_type(kind, dialect, c in key), primary_key=c in key,
+    columns = [sa.Column(c, sa_type(kind, dialect, c in key, key_collation),
+                         primary_key=c in key,
                          nullable=c not in key, autoincrement=False)
                for c, kind in kinds.items()]
     columns += [sa.Column(GUARD_MAJOR, sa.BigInteger(), nullable=False),
@@ -131,18 +158,25 @@ def ensure(engine: Engine, info: TableInfo, naming: Naming, create: bool) -> Rep
     dialect = engine.dialect.name
     name, view = naming.names(info.table, dialect)
     kinds = kinds_of(info)
-    table = build_table(info.table, name, naming.schema, kinds, info.key_columns, dialect)
-    replica = ReplicaTable(info.table, table, view, info.key_columns, kinds)
-    inspector = sa.inspect(engine)
+    inspector = sa.inspect(engine)  # connects: the dialect knows its server from here on
+    collation = mysql_key_collation(bool(getattr(engine.dialect, "is_mariadb", False)),
+                                    engine.dialect.server_version_info or ())
+    table = build_table(info.table, name, naming.schema, kinds, info.key_columns, dialect,
+                        collation)
+    replica = ReplicaTable(info.table, table, view, info.key_columns, kinds,
+                           key_collation=collation)
     if not inspector.has_table(name, schema=naming.schema):
         if not create:
             raise FatalOutputError(f"replica table {name} does not exist",
                                    fix="create it, or set create_tables: true")
         table.create(engine)
         create_view(engine, replica)
+        replica.key_texts = created_key_texts(replica, dialect)
         return replica
     existing = {c["name"]: c for c in inspector.get_columns(name, schema=naming.schema)}
     check_existing(inspector, replica, existing)
+    if dialect in ("mysql", "mariadb"):
+        replica.key_texts = existing_key_texts(engine, replica)
     added = {c: k for c, k in kinds.items() if c not in existing}
     if added:
         add_columns(engine, replica, added)
@@ -163,8 +197,92 @@ def add_columns(engine: Engine, replica: ReplicaTable, added: dict[str, ColumnKi
                                  f"{dialect.identifier_preparer.quote(column)} {ddl}"))
     replica.kinds.update(added)
     replica.table = build_table(replica.source, table.name, table.schema, replica.kinds,
-                                replica.key, dialect.name)
+                                replica.key, dialect.name, replica.key_collation)
     create_view(engine, replica)
+
+
+def created_key_texts(replica: ReplicaTable, dialect: str) -> tuple[KeyText, ...]:
+    """The text key columns of a MySQL/MariaDB replica table this output created."""
+    if dialect not in ("mysql", "mariadb"):
+        return ()
+    return tuple(KeyText(c, at, mysql_key_length(replica.kinds[c]), replica.key_collation,
+                         replica.key_collation not in NOPAD_BINARY)
+                 for at, c in enumerate(replica.key) if stored_as_text(replica.kinds[c], dialect))
+
+
+_KEY_COLUMNS = sa.text(
+    "SELECT COLUMN_NAME, DATA_TYPE, CHARACTER_MAXIMUM_LENGTH, COLLATION_NAME FROM "
+    "information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(:schema, DATABASE()) AND "
+    "TABLE_NAME = :name")
+
+
+def existing_key_texts(engine: Engine, replica: ReplicaTable) -> tuple[KeyText, ...]:
+    """The text key columns of an existing MySQL/MariaDB replica table, from the catalog.
+    Refused with the fix when the collation merges keys the source keeps apart (a ``_ci`` or
+    PAD SPACE one: dblog created ``utf8mb4_bin`` keys before) or the type is CHAR (it drops
+    trailing spaces)."""
+    table = replica.table
+    with engine.connect() as conn:
+        found = {str(r[0]): r[1:] for r in conn.execute(
+            _KEY_COLUMNS, {"schema": table.schema, "name": table.name})}
+    out = []
+    for at, column in enumerate(replica.key):
+        data_type, length, collation = found.get(column, (None, None, None))
+        if collation is None:
+            continue  # not a text column: numbers and temporal values compare exactly
+        padded = collation == replica.key_collation == "utf8mb4_bin"  # MySQL < 8.0.17
+        if str(data_type).lower() != "varchar" or (collation not in NOPAD_BINARY
+                                                   and not padded):
+            raise FatalOutputError(
+                f"replica table {table.name}: key column {column} is "
+                f"{str(data_type).upper()}({length}) COLLATE {collation}, under which keys the "
+                "source keeps apart are one key (a PAD SPACE collation or CHAR: 'a' and 'a '; "
+                "a _ci one: 'a' and 'A'), so their rows would overwrite each other",
+                fix=f"{_widen(engine, replica, column, int(length or 0))}, then dump the table "
+                    "again (rows the old collation merged are missing); " + _DROP)
+        out.append(KeyText(column, at, int(length), collation, padded))
+    return tuple(out)
+
+
+def _widen(engine: Engine, replica: ReplicaTable, column: str, length: int) -> str:
+    quote = engine.dialect.identifier_preparer.quote
+    table = _quoted(engine, replica.table.schema, replica.table.name)
+    return (f"ALTER TABLE {table} MODIFY {quote(column)} VARCHAR({length}) CHARACTER SET "
+            f"utf8mb4 COLLATE {replica.key_collation} NOT NULL")
+
+
+def check_keys(engine: Engine, replica: ReplicaTable, keys: Iterable[Key]) -> None:
+    """Refuse, naming the table, the column and the fix, a key a MySQL/MariaDB text key
+    column cannot hold as the source's own: longer than the column (a lenient server would
+    cut it, and two keys could meet), or ending in a space under a PAD SPACE collation."""
+    texts = replica.key_texts
+    for key in keys:
+        for text in texts:
+            value = key[text.at]
+            if not isinstance(value, str):
+                continue
+            if len(value) > text.length:
+                raise FatalOutputError(
+                    f"replica table {replica.table.name}: key column {text.column} holds at "
+                    f"most {text.length} characters (VARCHAR({text.length})), but a key of "
+                    f"source table {replica.source} has {len(value)}: {shown(value)}",
+                    fix=_longer(engine, replica, text, len(value)))
+            if text.padded and value.endswith(" "):
+                raise FatalOutputError(
+                    f"replica table {replica.table.name}: key column {text.column} has the "
+                    f"PAD SPACE collation {text.collation}, under which the key {shown(value)} "
+                    "of the source is the same key as without its trailing spaces",
+                    fix="use a target with a NO PAD binary collation (MariaDB, MySQL 8.0.17+), "
+                        "PostgreSQL or SQLite")
+
+
+def _longer(engine: Engine, replica: ReplicaTable, text: KeyText, needed: int) -> str:
+    if needed > MYSQL_KEY_MAX:
+        return (f"a MySQL/MariaDB key holds at most {MYSQL_KEY_MAX} utf8mb4 characters "
+                "(InnoDB's 3,072 bytes): replicate this table to a PostgreSQL or SQLite target")
+    return (f"{_widen(engine, replica, text.column, MYSQL_KEY_MAX)} (at most {MYSQL_KEY_MAX}: "
+            "InnoDB keys hold 3,072 bytes), then restart the pipeline; replica tables dblog "
+            "creates take the length from the source column's type (varchar(n)), else 255")
 
 
 def check_existing(inspector: Any, replica: ReplicaTable, existing: dict[str, Any]) -> None:

@@ -39,7 +39,7 @@ from .sql_kinds import (
     needs_conversion,
     to_db,
 )
-from .sql_schema import ReplicaTable
+from .sql_schema import ReplicaTable, check_keys
 
 _DIALECTS: dict[str, sa.Dialect] = {
     "postgresql": postgresql.psycopg.dialect(),  # type: ignore[no-untyped-call]
@@ -215,6 +215,8 @@ def purge(conn: Connection, replica: ReplicaTable, bound: Guard) -> int:
 def apply_table(conn: Connection, replica: ReplicaTable, plan: TablePlan,
                 rows: list[Row | None], dialect: str) -> None:
     """Execute one table plan; ``rows`` are its changes' decoded after-images, in order."""
+    if replica.key_texts:
+        check_keys(conn.engine, replica, (c.key for c in plan.changes))
     if plan.truncate is not None:
         truncate(conn, replica, plan.truncate)
     changes = kept.with_kept(list(zip(plan.changes, rows, strict=True)),
