@@ -88,6 +88,13 @@ class FormatWithRequirements(Protocol):
 
 
 @runtime_checkable
+class CheckableFormat(Protocol):
+    """A format with findings of its own options, whatever the tables (``dblog check``)."""
+
+    def check(self) -> list[Finding]: ...
+
+
+@runtime_checkable
 class TombstonePolicy(Protocol):
     """A format that says whether its deletes may be followed by a tombstone (a transport
     without this asks nothing: native's may). canal-json's may not: its consumers do not

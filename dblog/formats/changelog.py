@@ -184,6 +184,18 @@ class ChangelogFormat(ABC):
     def requirements(self, info: TableInfo, logged: LoggedImages) -> list[Finding]:
         return requirements(self.name, self.options, info, logged)
 
+    def check(self) -> list[Finding]:
+        """Options that break the usual consumers (:class:`CheckableFormat`)."""
+        if self.options.truncate != "emit":
+            return []
+        return [Finding("warning", f"{self.name}: a TRUNCATE of a captured table is written as "
+                        "a truncate record (truncate: emit), which Flink's "
+                        f"{self.name} format refuses: the job fails, or with "
+                        "ignore-parse-errors drops it and keeps the table's rows",
+                        "if Flink reads this output, set the format option truncate: fail "
+                        "(stop, so the table can be dumped again) or skip; keep emit for "
+                        "consumers that clear the table on it")]
+
     def connector(self, event: ChangeEvent) -> Connector:
         """The source, from the option or the event's position type."""
         if self.options.connector != "auto":
