@@ -190,6 +190,20 @@ def stored_as_text(kind: ColumnKind, dialect: str) -> bool:
     return _stored_as_text(kind, dialect)
 
 
+def exact_key(kind: ColumnKind) -> bool:
+    """Whether a key column of ``kind`` is stored as its canonical text on every target: a
+    DECIMAL without a declared scale (PostgreSQL's unconstrained ``numeric``).
+
+    Its events carry the value as PostgreSQL prints it, scale included, and the apply core
+    compares keys as those values: ``"1.5"`` and ``"1.50"`` are two keys to it (sound: a
+    row's key changes spelling only by an update of the key, which PostgreSQL logs with the
+    old key, as it compares the key's stored bytes; see :mod:`dblog.replica.reduce`). A
+    NUMERIC key column would compare them as numbers, one key: the tombstone of ``"1.5"``
+    and the upsert of ``"1.50"`` of that update (one guard) would meet in one row. A
+    declared scale gives each value one spelling: such keys stay NUMERIC / DECIMAL."""
+    return kind.kind is Kind.DECIMAL and kind.scale is None
+
+
 def mysql_key_collation(is_mariadb: bool, version: tuple[int | str, ...]) -> str:
     """The collation of a MySQL/MariaDB replica's text key columns: binary and NO PAD, so
     keys are equal only when the source's are (``'a'``, ``'A'`` and ``'a '`` stay three
@@ -213,7 +227,7 @@ def sa_type(kind: ColumnKind, dialect: str, key: bool,
             key_collation: str = "utf8mb4_nopad_bin") -> TypeEngine[Any]:
     """The target column type of ``kind`` (``key``: part of the primary key;
     ``key_collation``: a MySQL/MariaDB text key's, :func:`mysql_key_collation`)."""
-    if _stored_as_text(kind, dialect):
+    if _stored_as_text(kind, dialect) or (key and exact_key(kind)):
         if dialect in ("mysql", "mariadb"):
             if key:
                 return String(mysql_key_length(kind), collation=key_collation)

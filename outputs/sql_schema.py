@@ -33,6 +33,7 @@ from .sql_kinds import (
     NOPAD_BINARY,
     ColumnKind,
     Kind,
+    exact_key,
     kinds_of,
     mysql_key_collation,
     mysql_key_length,
@@ -301,18 +302,8 @@ def check_existing(inspector: Any, replica: ReplicaTable, existing: dict[str, An
             + _DROP)
     for column, kind in replica.kinds.items():
         found = existing.get(column)
-        if found is None:
-            continue
-        if not compatible(kind, found["type"]):
-            raise FatalOutputError(
-                f"replica table {name}: column {column} is {found['type']}, which cannot "
-                f"hold the source's {kind.kind.value} values",
-                fix=f"change its type to {_expected(kind, inspector)}, " + _DROP)
-        if column not in replica.key and not found.get("nullable", True):
-            raise FatalOutputError(
-                f"replica table {name}: column {column} is NOT NULL, but tombstones (deleted "
-                "rows kept with their guard) hold only the key",
-                fix=f"make {column} nullable (ALTER TABLE ... DROP NOT NULL / MODIFY ... NULL)")
+        if found is not None:
+            _check_column(inspector, replica, column, kind, found)
     unique = extra_unique(inspector, name, schema, primary)
     if unique:
         raise FatalOutputError(
@@ -320,6 +311,42 @@ def check_existing(inspector: Any, replica: ReplicaTable, existing: dict[str, An
             f"{unique}; an upsert relies on the primary key alone (in flight, and among "
             "tombstones, other unique values can repeat)",
             fix=f"drop {', '.join(unique)} on the replica (the source enforces them)")
+
+
+def _check_column(inspector: Any, replica: ReplicaTable, column: str, kind: ColumnKind,
+                  found: dict[str, Any]) -> None:
+    name = replica.table.name
+    if not compatible(kind, found["type"]):
+        raise FatalOutputError(
+            f"replica table {name}: column {column} is {found['type']}, which cannot "
+            f"hold the source's {kind.kind.value} values",
+            fix=f"change its type to {_expected(kind, inspector)}, " + _DROP)
+    if column not in replica.key and not found.get("nullable", True):
+        raise FatalOutputError(
+            f"replica table {name}: column {column} is NOT NULL, but tombstones (deleted "
+            "rows kept with their guard) hold only the key",
+            fix=f"make {column} nullable (ALTER TABLE ... DROP NOT NULL / MODIFY ... NULL)")
+    if column in replica.key and exact_key(kind) and not isinstance(found["type"], sa.String):
+        raise FatalOutputError(
+            f"replica table {name}: key column {column} is {found['type']}, which makes one "
+            "key of values the source's events keep apart (1.5 and 1.50 of an unconstrained "
+            "numeric: PostgreSQL logs a change from one to the other as a key change), so "
+            "such a change would lose the row", fix=_as_text(inspector.bind, replica, column))
+
+
+def _as_text(engine: Engine, replica: ReplicaTable, column: str) -> str:
+    """The fix for a key column that must hold the exact text of its values."""
+    dialect, quote = engine.dialect.name, engine.dialect.identifier_preparer.quote
+    table = _quoted(engine, replica.table.schema, replica.table.name)
+    if dialect == "postgresql":
+        alter = (f"DROP VIEW {_quoted(engine, replica.table.schema, replica.view)}; ALTER "
+                 f"TABLE {table} ALTER COLUMN {quote(column)} TYPE text (dblog creates the "
+                 "view again)")
+    elif dialect in ("mysql", "mariadb"):
+        alter = _widen(engine, replica, column, mysql_key_length(replica.kinds[column]))
+    else:
+        return "drop the table (and its view) so that dblog creates it, then dump the source again"
+    return f"{alter}, then dump the table again (rows merged so far are missing); " + _DROP
 
 
 def _expected(kind: ColumnKind, inspector: Any) -> str:

@@ -20,6 +20,32 @@
 
 Changes at or below the table's barrier (a truncate already applied, kept with the replica)
 are older than the truncate that cleared the table and are dropped.
+
+**Key identity.** Two changes are of one key when their keys are equal as the events'
+canonical values (Python equality of the key tuples): no normalisation happens here. Why
+that is sound, and what it asks of the source and of the target:
+
+1. The source gives each row one key value at a time, and a change of that value arrives
+   as a key change (``old_key``). The connectors make it so: a MySQL key is normalised under
+   its collation (``'a'`` and ``'A'`` under a ``_ci`` one are one canonical value), and
+   PostgreSQL, which compares a key's stored bytes to decide whether an update changed it,
+   logs a change of spelling that its own equality ignores (an unconstrained ``numeric``
+   going from ``1.5`` to ``1.50``) with the old key. So the events of one source row carry
+   one key until a key change names both, and a dump row carries the key as stored then.
+   The reduction then keeps per canonical key the last change, a key change being a
+   tombstone of the old key and an upsert of the new one, as the naive replay of the stream
+   keyed by canonical values does; the guard argument (:mod:`dblog.replica.guard`) holds per
+   such key, and the source's live rows are exactly the replay's live keys (a row whose key
+   changed spelling is one live key, its old spelling a tombstone).
+2. The target must compare key columns as the canonical values compare, neither coarser nor
+   finer: were it coarser (a NUMERIC column for ``"1.5"`` and ``"1.50"``, a PAD SPACE or
+   ``_ci`` collation for ``'a'`` and ``'a '``), the tombstone and the upsert of one key
+   change, which share a guard, would meet in one row and the upsert lose to the tombstone;
+   keys the core keeps apart would overwrite each other. The SQL output therefore stores
+   text keys under binary NO PAD collations and scale-free decimals as their text
+   (``dblog.outputs.sql_kinds.exact_key``); fixed-scale decimals have one spelling per
+   value. ``tests/unit/test_replica_numeric_keys.py`` checks both halves on random streams
+   of scale-changing numeric keys.
 """
 
 from __future__ import annotations
