@@ -29,6 +29,7 @@ import orjson
 from dblog.core.model import TABLE_OPS, ChangeEvent, Op, TableId, TableInfo
 from dblog.formats.base import Format, Record, TombstonePolicy
 from dblog.formats.native import NativeFormat
+from dblog.formats.schema import encode_following_schema
 from dblog.outputs.kafka_config import topic_name
 
 Headers = list[tuple[str, str | bytes | None]]
@@ -163,18 +164,23 @@ class RecordPlanner:
         return out
 
     def _records(self, event: ChangeEvent, table: TableId) -> list[Record]:
-        info = self.tables(table)
+        records = encode_following_schema(self.format, self.tables, table,
+                                          lambda info: self._encoded(event, info))
+        if not self.tombstones:  # also those the format made
+            return [r for r in records if r.value is not None or r.key is None]
+        if event.op is not Op.DELETE and event.old_key is None:
+            return records
+        return with_tombstones(records, event)
+
+
+    def _encoded(self, event: ChangeEvent, info: TableInfo | None) -> list[Record]:
         records = self.format.encode_records(event, info)
         if event.old_key is not None and event.op is Op.UPDATE and records and \
                 all(r.key == records[-1].key for r in records):
             # the old key's delete whether or not tombstones follow it: without it a
             # consumer keyed by the old key (or a compacted topic) keeps the old row
             records = self.format.encode_records(old_key_delete(event), info) + records
-        if not self.tombstones:  # also those the format made
-            return [r for r in records if r.value is not None or r.key is None]
-        if event.op is not Op.DELETE and event.old_key is None:
-            return records
-        return with_tombstones(records, event)
+        return records
 
 
 _OPS = {op: op.value.encode() for op in Op}

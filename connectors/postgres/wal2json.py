@@ -231,18 +231,24 @@ class Wal2JsonDecoder:
     def _complete_toast(self, meta: _TableMeta, after: Row,
                         identity: Row | None) -> tuple[str, ...]:
         """Columns of the table the update did not carry (unchanged TOAST values): completed
-        from the old tuple under REPLICA IDENTITY FULL, otherwise returned as unchanged."""
+        from the old tuple under REPLICA IDENTITY FULL, otherwise returned as unchanged.
+
+        The columns are today's; the update may have been logged before a column was added
+        (a backlog, or a log read behind the ALTER). Under REPLICA IDENTITY FULL the old tuple
+        holds every column the row had, its TOAST values inlined, so a column missing from
+        both tuples did not exist yet: it is left out, not reported unchanged."""
         columns = frozenset(self.columns_of(meta.table, False))
         if not after.keys() <= columns or len(after) < len(meta.columns):
             columns = frozenset(self.columns_of(meta.table, True))  # the table changed: DDL
         meta.columns = columns
+        full_old_row = identity is not None and len(identity) > len(meta.key_columns)
         still: list[str] = []
         for column in self.columns_of(meta.table, False):
             if column in after:
                 continue
             if identity is not None and column in identity:
                 after[column] = identity[column]
-            else:
+            elif not full_old_row:
                 still.append(column)
         return tuple(still)
 

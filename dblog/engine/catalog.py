@@ -4,7 +4,9 @@ encodes, on the output's own thread.
 
 The lookup reads the source's catalog through a chunk reader of its own (a connection that no
 other thread uses), once per table, under a lock (outputs call it from their threads). A
-schema change seen in the log drops the table's entry, so the next lookup reads it again.
+schema change seen in the log drops the table's entry, so the next lookup reads it again; a
+format that meets a column the entry lacks (PostgreSQL logs no schema changes) asks for
+:meth:`TableCatalog.refresh`.
 """
 
 from __future__ import annotations
@@ -44,6 +46,15 @@ class TableCatalog:
                 raise
             log.warning("no metadata for %s: %s", table, exc.message)
             return None
+
+    __call__ = lookup
+
+    def refresh(self, table: TableId) -> TableInfo | None:
+        """The table's metadata read again (a format met a column the cached one lacks;
+        :class:`~dblog.formats.schema.RefreshableLookup`)."""
+        with self._lock:
+            self._tables[table] = self._read(table)
+            return self._tables[table]
 
     def invalidate(self, table: TableId) -> None:
         with self._lock:

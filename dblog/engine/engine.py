@@ -168,7 +168,7 @@ class Engine:
         state = PipelineState() if stored is None else state_from_json(stored.data)
         for output in self.delivery.outputs:
             if isinstance(output, TableAwareOutput):
-                output.set_tables(self._tables.lookup)
+                output.set_tables(self._tables)
         self.delivery.resume(state, None if stored is None else stored.version)
         state = self.delivery.state  # an output's newer checkpoint may have replaced it
         recent = RecentTransactions(self.settings.recent_keys)

@@ -18,22 +18,27 @@ null. So, before anything is encoded (docs/formats.md, "Changelog formats"):
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from dblog.core.model import ChangeEvent, Key, Op, Row, RowImage, TableInfo
+from dblog.core.model import ChangeEvent, Key, Op, Row, RowImage, TableId, TableInfo
 from dblog.errors import ConfigError, FatalOutputError
 from dblog.formats.base import Record, TableLookup, no_tables
 from dblog.formats.coltypes import Family
 from dblog.formats.rows import RowMapper
+from dblog.formats.schema import encode_following_schema
 from dblog.formats.temporal import epoch_micros
 from dblog.spi import Finding
 from dblog.spi.source import LoggedImages
+
+log = logging.getLogger("dblog.formats")
 
 Connector = Literal["postgresql", "mysql", "mariadb"]
 ChangeKind = Literal["insert", "read", "update", "delete", "truncate"]
@@ -108,6 +113,25 @@ def requirements(format_name: str, options: ChangelogOptions, info: TableInfo,
     return findings
 
 
+def _full(before: Row, event: ChangeEvent, columns: frozenset[str], info: TableInfo) -> bool:
+    """Whether ``before`` is the whole old row. It is when it has every column of today's
+    catalog. A row logged before a column was added (a backlog crossing an ALTER) lacks that
+    column in every image, so it is also whole when it has every column of the update's new
+    row (the two images of one update are logged together), or, for a delete, any column
+    outside the key: a source that does not log whole old rows logs the key's columns only
+    (PostgreSQL's REPLICA IDENTITY DEFAULT; MySQL/MariaDB always log whole rows). A
+    REPLICA IDENTITY USING INDEX whose index holds other columns passes as whole here."""
+    names = before.keys()
+    if names >= columns:
+        return True
+    after = event.after
+    if event.op is Op.UPDATE and isinstance(after, dict):
+        return names >= after.keys() and names >= set(event.unchanged)
+    if event.op is Op.DELETE:
+        return bool(names - set(info.key_columns))
+    return False
+
+
 def commit_millis(text: str | None) -> int | None:
     """A connector's commit time (``2024-05-01 12:00:00.428784+00``) in epoch milliseconds."""
     return None if text is None else epoch_micros(text) // 1000
@@ -129,6 +153,7 @@ class ChangelogFormat(ABC):
         self._last: tuple[TableInfo | None, Family | None, RowMapper | None] = (None, None, None)
         self._commit: tuple[str | None, int | None] = (None, None)
         self._names: tuple[TableInfo | None, frozenset[str]] = (None, frozenset())
+        self._tolerated: dict[TableId, frozenset[str]] = {}
 
     # the Format protocol
 
@@ -146,7 +171,8 @@ class ChangelogFormat(ABC):
             if event.table is None:
                 self.encode_records(event)  # a transaction marker: counted, no line
                 continue
-            for record in self.encode_records(event, tables(event.table)):
+            for record in encode_following_schema(self, tables, event.table,
+                                                  partial(self.encode_records, event)):
                 if record.value is not None:
                     out.append(record.value)
                     out.append(b"\n")
@@ -216,9 +242,27 @@ class ChangelogFormat(ABC):
             return mapper  # the common case: a lookup hands out the same object per table
         mapper = self._mappers.get((family, info))
         if mapper is None:
-            mapper = self._mappers[(family, info)] = self.mapper(family, info)
+            mapper = self.mapper(family, info)
+            tolerated = self._tolerated.get(info.table)
+            if tolerated:
+                mapper = mapper.tolerating(tolerated)
+            self._mappers[(family, info)] = mapper
         self._last = (info, family, mapper)
         return mapper
+
+    def tolerate(self, table: TableId, columns: frozenset[str]) -> None:
+        """Write ``columns`` of ``table`` as captured from now on: the source's catalog no
+        longer has them (dropped or renamed since a backlog logged them;
+        :class:`~dblog.formats.schema.SchemaFollowingFormat`)."""
+        known = self._tolerated.get(table, frozenset())
+        if columns <= known:
+            return
+        log.warning("%s: column(s) %s of %s are no longer in the source's catalog (dropped or "
+                    "renamed since these events were logged): written as captured, their type "
+                    "unknown", self.name, sorted(columns - known), table)
+        self._tolerated[table] = known | columns
+        self._mappers = {k: m for k, m in self._mappers.items() if k[1].table != table}
+        self._last = (None, None, None)
 
     def column_names(self, info: TableInfo) -> frozenset[str]:
         if info is not self._names[0]:
@@ -273,7 +317,7 @@ class ChangelogFormat(ABC):
     def _before(self, event: ChangeEvent, info: TableInfo, key: Key | None) -> Row | None:
         """The old row if the source logged it in full; else the policy decides."""
         before = event.before
-        if before is not None and before.keys() >= self.column_names(info):
+        if before is not None and _full(before, event, self.column_names(info), info):
             return before
         if self.options.before_image == "as-logged":
             if before is None and event.op is Op.DELETE and key is not None:

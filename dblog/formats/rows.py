@@ -15,9 +15,18 @@ Converter = Callable[[Any], Any]
 """Maps one non-null canonical value."""
 
 
-def _unknown(value: Any) -> Any:
-    """The marker of a column the table's metadata does not have."""
-    raise AssertionError("never called")
+class UnknownColumns(FatalOutputError):
+    """A row holds columns its table's metadata does not have: the metadata is older than
+    the row (a column added since it was read) or newer (dropped or renamed since the row
+    was logged). :func:`dblog.formats.base.encode_following_schema` tells them apart."""
+
+    def __init__(self, format_name: str, table: object, columns: frozenset[str]) -> None:
+        super().__init__(
+            f"{format_name}: column(s) {sorted(columns)} of {table} are not in the table's "
+            "metadata, so their type (and value form) is unknown",
+            fix="the output's table lookup must follow schema changes (refresh the table's "
+                "metadata on its schema event)")
+        self.columns = columns
 
 
 class RowMapper:
@@ -66,9 +75,11 @@ class RowMapper:
         return self.values(dict(zip(self.info.key_columns, key, strict=True)))
 
     def _unknown(self, row: Row) -> None:
-        name = sorted(row.keys() - self._names)[0]
-        raise FatalOutputError(
-            f"{self.format_name}: column {name!r} of {self.info.table} is not in the "
-            "table's metadata, so its type (and value form) is unknown",
-            fix="the output's table lookup must follow schema changes (refresh the table's "
-                "metadata on its schema event)")
+        raise UnknownColumns(self.format_name, self.info.table,
+                             frozenset(row.keys() - self._names))
+
+    def tolerating(self, columns: frozenset[str]) -> RowMapper:
+        """This mapper, also passing ``columns`` through as captured (columns the current
+        metadata no longer has: their type is unknown)."""
+        return RowMapper(self.format_name, self.info,
+                         {**dict.fromkeys(columns), **self.converters})

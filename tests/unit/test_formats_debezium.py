@@ -18,6 +18,7 @@ from dblog.core.positions import Position
 from dblog.errors import ConfigError, FatalOutputError
 from dblog.formats.base import Record, format_by_name
 from dblog.formats.debezium import DebeziumFormat
+from dblog.formats.rows import UnknownColumns
 from dblog.spi.source import LoggedImages
 from tests.changelog_consumers import ConsumerError, Ddl, DebeziumConsumer, apply_lines
 from tests.changelog_streams import TYPES, actions, expected_rows, run, table_info
@@ -183,7 +184,7 @@ def test_row_events_need_the_table_metadata_and_known_columns() -> None:
         DebeziumFormat().encode_records(insert, None)
     extra = ChangeEvent(Op.INSERT, info.table, (1, "a"), None, {**ROW, "added": 1}, Lsn(1), 1,
                         "2024-05-01 12:00:00+00", seq=1)
-    with pytest.raises(FatalOutputError, match=r"column 'added' of public\.items"):
+    with pytest.raises(UnknownColumns, match=r"column\(s\) \['added'\] of public\.items"):
         DebeziumFormat().encode_records(extra, info)
 
 

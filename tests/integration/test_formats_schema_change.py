@@ -1,0 +1,69 @@
+"""Changelog formats across schema changes on a PostgreSQL source, which logs no schema events:
+a column added while the pipeline runs, and a backlog that crosses an ALTER TABLE made while
+dblog was stopped (columns added and dropped), keep the output going with every row's values
+mapped by their column's type."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from dblog.formats.debezium import DebeziumFormat
+
+from .sources import Kit
+from .test_formats_sources import _run
+
+pytestmark = pytest.mark.integration
+
+
+def _documents(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def test_a_column_added_while_the_pipeline_runs_is_mapped_by_its_type(
+        pg_dsn: str, tmp_path: Path) -> None:
+    pg = Kit("postgres", pg_dsn)
+    pg.execute("CREATE TABLE grows (id int PRIMARY KEY, v text)")
+    pg.execute("ALTER TABLE grows REPLICA IDENTITY FULL")
+    pg.execute("INSERT INTO grows VALUES (1, 'a')")
+
+    def changes(kit: Kit) -> None:
+        kit.execute("UPDATE grows SET v = 'b' WHERE id = 1")
+        kit.execute("ALTER TABLE grows ADD COLUMN at timestamptz")
+        kit.execute("INSERT INTO grows VALUES (2, 'c', '2024-05-01 12:00:00+00')")
+        kit.execute("UPDATE grows SET v = 'd' WHERE id = 1")
+
+    _run(pg, tmp_path, [pg.table("grows")], {"debezium": DebeziumFormat()}, changes)
+    documents = _documents(tmp_path / "debezium.jsonl")
+    assert [(d["op"], (d["after"] or {}).get("id")) for d in documents] == [
+        ("r", 1), ("u", 1), ("c", 2), ("u", 1)]
+    assert documents[2]["after"] == {"id": 2, "v": "c", "at": "2024-05-01T12:00:00Z"}
+    assert documents[3]["before"] == {"id": 1, "v": "b", "at": None}
+    assert documents[3]["after"] == {"id": 1, "v": "d", "at": None}
+
+
+def test_a_backlog_across_added_and_dropped_columns_goes_out_as_logged(
+        pg_dsn: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    pg = Kit("postgres", pg_dsn)
+    pg.execute("CREATE TABLE shifts (id int PRIMARY KEY, v text, w int)")
+    pg.execute("ALTER TABLE shifts REPLICA IDENTITY FULL")
+    pg.execute("INSERT INTO shifts VALUES (1, 'a', 1), (2, 'b', 2), (3, 'c', 3)")
+    tables = [pg.table("shifts")]
+    _run(pg, tmp_path, tables, {"debezium": DebeziumFormat()}, lambda kit: None)
+    pg.execute("UPDATE shifts SET w = 10 WHERE id = 1")  # logged while dblog is stopped
+    pg.execute("DELETE FROM shifts WHERE id = 2")
+    pg.execute("ALTER TABLE shifts ADD COLUMN n int, DROP COLUMN v")
+    pg.execute("UPDATE shifts SET n = 5 WHERE id = 3")
+    pg.execute("INSERT INTO shifts VALUES (4, 4, 44)")
+    _run(pg, tmp_path, tables, {"debezium": DebeziumFormat()}, lambda kit: None)
+    logged = [d for d in _documents(tmp_path / "debezium.jsonl") if d["op"] != "r"]
+    assert [(d["op"], d["before"], d["after"]) for d in logged] == [
+        ("u", {"id": 1, "v": "a", "w": 1}, {"id": 1, "v": "a", "w": 10}),
+        ("d", {"id": 2, "v": "b", "w": 2}, None),
+        ("u", {"id": 3, "w": 3, "n": None}, {"id": 3, "w": 3, "n": 5}),
+        ("c", None, {"id": 4, "w": 4, "n": 44})]
+    warned = [r.getMessage() for r in caplog.records if "no longer in the source" in r.getMessage()]
+    assert len(warned) == 1 and "['v']" in warned[0] and "public.shifts" in warned[0]
