@@ -98,17 +98,19 @@ def test_the_api_answers_202_for_a_dump_queued_by_a_starting_leader(
 
 
 class FlakyConnector(MemoryConnector):
-    """Its log reader fails (retryably) on its first ``fails`` polls, across runs."""
+    """Its log reader fails (retryably) on the polls numbered in ``failing`` (1 is the first
+    poll), counted across runs."""
 
-    fails = 3
+    failing = frozenset({1, 2, 3})
+    polls = 0
 
     def log_reader(self) -> Any:
         reader = super().log_reader()
         poll = reader.poll
 
         def flaky(timeout: float) -> Any:
-            if self.fails > 0:
-                self.fails -= 1
+            self.polls += 1
+            if self.polls in self.failing:
                 raise RetryableSourceError("source went away (test)")
             return poll(timeout)
 
@@ -181,23 +183,10 @@ def test_between_two_runs_the_leader_is_not_ready_and_refuses_no_dump() -> None:
     assert [q["id"] for q in zk.queued()] == ["d"]
 
 
-class FailsOnceAfterEvents(MemoryConnector):
-    """Its log reader fails (retryably) once, on its 20th poll (the log delivered by then)."""
+class FailsOnceAfterEvents(FlakyConnector):
+    """Fails once, on its 20th poll (the log delivered by then)."""
 
-    polls = 0
-
-    def log_reader(self) -> Any:
-        reader = super().log_reader()
-        poll = reader.poll
-
-        def flaky(timeout: float) -> Any:
-            type(self).polls += 1
-            if type(self).polls == 20:
-                raise RetryableSourceError("source went away (test)")
-            return poll(timeout)
-
-        reader.poll = flaky  # type: ignore[method-assign]
-        return reader
+    failing = frozenset({20})
 
 
 def test_the_event_counters_keep_counting_across_a_restart_within_a_term(
