@@ -7,6 +7,7 @@ sink checkpoint (:mod:`dblog.outputs.sql_checkpoint`), after a fence on the lead
 
 * :mod:`~dblog.outputs.sql_kinds`: the type mapping; :mod:`~dblog.outputs.sql_schema`: tables
   created from the source's metadata or checked, added columns, the view without tombstones;
+  :mod:`~dblog.outputs.sql_keys`: the rules for key columns (collation, lengths, exact keys);
 * :mod:`~dblog.outputs.sql_write`: the guarded, batched upserts per dialect;
 * :mod:`~dblog.outputs.sql_errors`: driver errors classified by code.
 
@@ -18,7 +19,7 @@ output's thread, only for tables it has not seen and after a schema change.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -41,7 +42,7 @@ from dblog.spi import Checkpoint, Finding
 from . import sql_checkpoint as ckpt
 from .sql_errors import translated
 from .sql_kinds import DELETED, from_db, kind_of, kind_of_value, kinds_of, require_info
-from .sql_schema import Naming, ReplicaTable, add_columns, ensure, extra_unique
+from .sql_schema import Naming, ReplicaTable, add_columns, ensure, extra_unique, refusal
 from .sql_write import apply_table, purge, unknown_columns
 
 _DRIVERS = {"postgresql": "postgresql+psycopg", "mysql": "mysql+mysqldb",
@@ -285,13 +286,37 @@ class SqlOutput:
     def check(self) -> list[Finding]:
         """Reachability, and the existing replica tables' unique constraints: the primary
         key must be the only unique constraint a replica upsert relies on."""
+        return self._checked(lambda engine, inspector, names: [
+            Finding("ok", f"{self.name}: connected ({engine.dialect.name})"),
+            *self._unique_findings(inspector, names)])
+
+    def check_tables(self, tables: Iterable[TableInfo]) -> list[Finding]:
+        """For each of ``tables`` (the captured tables' metadata) whose replica table exists,
+        what :meth:`open`'s first use of it would refuse, with the same message and fix (a
+        key column whose collation merges keys, a NUMERIC key for an unconstrained numeric,
+        another key, a type that cannot hold the values, ...): an error each. Nothing for a
+        table not created yet (unless ``create_tables`` is false); unique constraints are
+        :meth:`check`'s."""
+        infos = list(tables)
+
+        def found(engine: Engine, inspector: Any, _names: list[str]) -> list[Finding]:
+            refused = [refusal(engine, inspector, info, self.naming, self.config.create_tables)
+                       for info in infos]
+            errors = [Finding("error", e.message, e.fix) for e in refused if e is not None]
+            return errors or [Finding("ok", f"{self.name}: the replica tables of the "
+                                      f"{len(infos)} captured table(s) that exist can be used")]
+        return self._checked(found)
+
+    def _checked(self, checks: Callable[[Engine, Any, list[str]], list[Finding]]
+                 ) -> list[Finding]:
+        """``checks`` on the target (its engine, an inspector, the table names), on this
+        output's engine or one of its own; an error finding when the target fails."""
         engine = self._engine or make_engine(self.config.url)
         try:
             with translated(engine.dialect.name, f"checking {self.name}"):
                 inspector = sa.inspect(engine)
-                names = inspector.get_table_names(schema=self.config.target_schema)
-                findings = [Finding("ok", f"{self.name}: connected ({engine.dialect.name})")]
-                findings += self._unique_findings(inspector, names)
+                return checks(engine, inspector,
+                              inspector.get_table_names(schema=self.config.target_schema))
         except FatalOutputError as exc:
             return [Finding("error", exc.message, exc.fix)]
         except Exception as exc:  # a retryable error is still a failed check
@@ -299,7 +324,6 @@ class SqlOutput:
         finally:
             if engine is not self._engine:
                 engine.dispose()
-        return findings
 
     def _unique_findings(self, inspector: Any, names: list[str]) -> list[Finding]:
         schema = self.config.target_schema

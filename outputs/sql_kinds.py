@@ -209,7 +209,7 @@ def mysql_key_collation(is_mariadb: bool, version: tuple[int | str, ...]) -> str
     keys are equal only when the source's are (``'a'``, ``'A'`` and ``'a '`` stay three
     keys): ``utf8mb4_nopad_bin`` on MariaDB (10.2+), ``utf8mb4_0900_bin`` on MySQL 8.0.17+.
     Older MySQL has none: ``utf8mb4_bin`` (PAD SPACE), whose keys ending in a space the
-    output refuses (``sql_schema.KeyText.padded``)."""
+    output refuses (``sql_keys.KeyText.padded``)."""
     if is_mariadb:
         return "utf8mb4_nopad_bin"
     numbers = tuple(v for v in version if isinstance(v, int))

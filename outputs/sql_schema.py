@@ -20,44 +20,33 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dblog.core.model import Key, TableId, TableInfo
-from dblog.core.requestcheck import shown
+from dblog.core.model import TableId, TableInfo
 from dblog.errors import FatalOutputError
 
+from .sql_keys import (
+    DROP,
+    KeyText,
+    check_keys,
+    created_key_texts,
+    existing_key_texts,
+    refuse_inexact_key,
+)
 from .sql_kinds import (
     DELETED,
     GUARD_COLUMNS,
     GUARD_MAJOR,
     GUARD_MINOR,
-    MYSQL_KEY_MAX,
-    NOPAD_BINARY,
     ColumnKind,
     Kind,
-    exact_key,
     kinds_of,
     mysql_key_collation,
-    mysql_key_length,
     sa_type,
-    stored_as_text,
 )
 
+__all__ = ["KeyText", "Naming", "ReplicaTable", "add_columns", "build_table", "check_existing",
+           "check_keys", "compatible", "create_view", "ensure", "extra_unique", "refusal",
+           "verified"]
 _NAME_LIMIT = {"postgresql": 63, "mysql": 64, "mariadb": 64}
-_DROP = "or drop the table (and its view) so that dblog creates it, then dump the source again"
-
-
-@dataclass(frozen=True)
-class KeyText:
-    """A text key column of a MySQL/MariaDB replica table and what it holds: at most
-    ``length`` characters (a VARCHAR; longer keys would be cut, or refused by a strict
-    server with no word of the fix) and, when ``padded`` (a PAD SPACE collation, only on
-    MySQL before 8.0.17), no key ending in a space (it would meet the key without it)."""
-
-    column: str
-    at: int
-    """Its index in the key."""
-    length: int
-    collation: str
-    padded: bool = False
 
 
 @dataclass
@@ -153,37 +142,76 @@ def create_view(engine: Engine, replica: ReplicaTable) -> None:
             conn.execute(sa.text(f"CREATE OR REPLACE VIEW {view} {body}"))
 
 
-def ensure(engine: Engine, info: TableInfo, naming: Naming, create: bool) -> ReplicaTable:
-    """The replica table of ``info``: created when missing (``create``), else checked, and
-    the source's columns it lacks added."""
+def _planned(engine: Engine, info: TableInfo, naming: Naming) -> ReplicaTable:
+    """The replica table of ``info`` as this output writes it (``engine`` has connected: a
+    MySQL/MariaDB key collation depends on the server's version)."""
     dialect = engine.dialect.name
     name, view = naming.names(info.table, dialect)
     kinds = kinds_of(info)
-    inspector = sa.inspect(engine)  # connects: the dialect knows its server from here on
     collation = mysql_key_collation(bool(getattr(engine.dialect, "is_mariadb", False)),
                                     engine.dialect.server_version_info or ())
     table = build_table(info.table, name, naming.schema, kinds, info.key_columns, dialect,
                         collation)
-    replica = ReplicaTable(info.table, table, view, info.key_columns, kinds,
-                           key_collation=collation)
+    return ReplicaTable(info.table, table, view, info.key_columns, kinds,
+                        key_collation=collation)
+
+
+def _missing(name: str) -> FatalOutputError:
+    return FatalOutputError(f"replica table {name} does not exist",
+                            fix="create it, or set create_tables: true")
+
+
+def ensure(engine: Engine, info: TableInfo, naming: Naming, create: bool) -> ReplicaTable:
+    """The replica table of ``info``: created when missing (``create``), else checked, and
+    the source's columns it lacks added."""
+    inspector = sa.inspect(engine)  # connects: the dialect knows its server from here on
+    replica = _planned(engine, info, naming)
+    name, view = replica.table.name, replica.view
     if not inspector.has_table(name, schema=naming.schema):
         if not create:
-            raise FatalOutputError(f"replica table {name} does not exist",
-                                   fix="create it, or set create_tables: true")
-        table.create(engine)
+            raise _missing(name)
+        replica.table.create(engine)
         create_view(engine, replica)
-        replica.key_texts = created_key_texts(replica, dialect)
+        replica.key_texts = created_key_texts(replica, engine.dialect.name)
         return replica
-    existing = {c["name"]: c for c in inspector.get_columns(name, schema=naming.schema)}
-    check_existing(inspector, replica, existing)
-    if dialect in ("mysql", "mariadb"):
-        replica.key_texts = existing_key_texts(engine, replica)
-    added = {c: k for c, k in kinds.items() if c not in existing}
+    existing = verified(engine, inspector, replica)
+    added = {c: k for c, k in replica.kinds.items() if c not in existing}
     if added:
         add_columns(engine, replica, added)
     elif view not in inspector.get_view_names(schema=naming.schema):
         create_view(engine, replica)
     return replica
+
+
+def verified(engine: Engine, inspector: Any, replica: ReplicaTable,
+             unique: bool = True) -> dict[str, Any]:
+    """The columns (by name) of ``replica``'s existing table, which is refused with the fix
+    when a replica cannot use it (:func:`check_existing`; ``unique``: also unique constraints
+    besides the primary key). A MySQL/MariaDB table's text key columns are set on
+    ``replica``, or refused when their collation merges keys
+    (:func:`~dblog.outputs.sql_keys.existing_key_texts`)."""
+    table = replica.table
+    existing = {c["name"]: c for c in inspector.get_columns(table.name, schema=table.schema)}
+    check_existing(inspector, replica, existing, unique)
+    if engine.dialect.name in ("mysql", "mariadb"):
+        replica.key_texts = existing_key_texts(engine, replica)
+    return existing
+
+
+def refusal(engine: Engine, inspector: Any, info: TableInfo, naming: Naming,
+            create: bool) -> FatalOutputError | None:
+    """What :func:`ensure` would refuse of ``info``'s replica table, found without changing
+    anything (for ``dblog check``; unique constraints aside: the check reports them for
+    every replica table); None when the table can be used, or does not exist yet and
+    ``create`` will create it."""
+    try:
+        replica = _planned(engine, info, naming)
+        if not inspector.has_table(replica.table.name, schema=naming.schema):
+            return None if create else _missing(replica.table.name)
+        verified(engine, inspector, replica, unique=False)
+    except FatalOutputError as exc:
+        return exc
+    return None
 
 
 def add_columns(engine: Engine, replica: ReplicaTable, added: dict[str, ColumnKind]) -> None:
@@ -202,92 +230,10 @@ def add_columns(engine: Engine, replica: ReplicaTable, added: dict[str, ColumnKi
     create_view(engine, replica)
 
 
-def created_key_texts(replica: ReplicaTable, dialect: str) -> tuple[KeyText, ...]:
-    """The text key columns of a MySQL/MariaDB replica table this output created."""
-    if dialect not in ("mysql", "mariadb"):
-        return ()
-    return tuple(KeyText(c, at, mysql_key_length(replica.kinds[c]), replica.key_collation,
-                         replica.key_collation not in NOPAD_BINARY)
-                 for at, c in enumerate(replica.key) if stored_as_text(replica.kinds[c], dialect))
-
-
-_KEY_COLUMNS = sa.text(
-    "SELECT COLUMN_NAME, DATA_TYPE, CHARACTER_MAXIMUM_LENGTH, COLLATION_NAME FROM "
-    "information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(:schema, DATABASE()) AND "
-    "TABLE_NAME = :name")
-
-
-def existing_key_texts(engine: Engine, replica: ReplicaTable) -> tuple[KeyText, ...]:
-    """The text key columns of an existing MySQL/MariaDB replica table, from the catalog.
-    Refused with the fix when the collation merges keys the source keeps apart (a ``_ci`` or
-    PAD SPACE one: dblog created ``utf8mb4_bin`` keys before) or the type is CHAR (it drops
-    trailing spaces)."""
-    table = replica.table
-    with engine.connect() as conn:
-        found = {str(r[0]): r[1:] for r in conn.execute(
-            _KEY_COLUMNS, {"schema": table.schema, "name": table.name})}
-    out = []
-    for at, column in enumerate(replica.key):
-        data_type, length, collation = found.get(column, (None, None, None))
-        if collation is None:
-            continue  # not a text column: numbers and temporal values compare exactly
-        padded = collation == replica.key_collation == "utf8mb4_bin"  # MySQL < 8.0.17
-        if str(data_type).lower() != "varchar" or (collation not in NOPAD_BINARY
-                                                   and not padded):
-            raise FatalOutputError(
-                f"replica table {table.name}: key column {column} is "
-                f"{str(data_type).upper()}({length}) COLLATE {collation}, under which keys the "
-                "source keeps apart are one key (a PAD SPACE collation or CHAR: 'a' and 'a '; "
-                "a _ci one: 'a' and 'A'), so their rows would overwrite each other",
-                fix=f"{_widen(engine, replica, column, int(length or 0))}, then dump the table "
-                    "again (rows the old collation merged are missing); " + _DROP)
-        out.append(KeyText(column, at, int(length), collation, padded))
-    return tuple(out)
-
-
-def _widen(engine: Engine, replica: ReplicaTable, column: str, length: int) -> str:
-    quote = engine.dialect.identifier_preparer.quote
-    table = _quoted(engine, replica.table.schema, replica.table.name)
-    return (f"ALTER TABLE {table} MODIFY {quote(column)} VARCHAR({length}) CHARACTER SET "
-            f"utf8mb4 COLLATE {replica.key_collation} NOT NULL")
-
-
-def check_keys(engine: Engine, replica: ReplicaTable, keys: Iterable[Key]) -> None:
-    """Refuse, naming the table, the column and the fix, a key a MySQL/MariaDB text key
-    column cannot hold as the source's own: longer than the column (a lenient server would
-    cut it, and two keys could meet), or ending in a space under a PAD SPACE collation."""
-    texts = replica.key_texts
-    for key in keys:
-        for text in texts:
-            value = key[text.at]
-            if not isinstance(value, str):
-                continue
-            if len(value) > text.length:
-                raise FatalOutputError(
-                    f"replica table {replica.table.name}: key column {text.column} holds at "
-                    f"most {text.length} characters (VARCHAR({text.length})), but a key of "
-                    f"source table {replica.source} has {len(value)}: {shown(value)}",
-                    fix=_longer(engine, replica, text, len(value)))
-            if text.padded and value.endswith(" "):
-                raise FatalOutputError(
-                    f"replica table {replica.table.name}: key column {text.column} has the "
-                    f"PAD SPACE collation {text.collation}, under which the key {shown(value)} "
-                    "of the source is the same key as without its trailing spaces",
-                    fix="use a target with a NO PAD binary collation (MariaDB, MySQL 8.0.17+), "
-                        "PostgreSQL or SQLite")
-
-
-def _longer(engine: Engine, replica: ReplicaTable, text: KeyText, needed: int) -> str:
-    if needed > MYSQL_KEY_MAX:
-        return (f"a MySQL/MariaDB key holds at most {MYSQL_KEY_MAX} utf8mb4 characters "
-                "(InnoDB's 3,072 bytes): replicate this table to a PostgreSQL or SQLite target")
-    return (f"{_widen(engine, replica, text.column, MYSQL_KEY_MAX)} (at most {MYSQL_KEY_MAX}: "
-            "InnoDB keys hold 3,072 bytes), then restart the pipeline; replica tables dblog "
-            "creates take the length from the source column's type (varchar(n)), else 255")
-
-
-def check_existing(inspector: Any, replica: ReplicaTable, existing: dict[str, Any]) -> None:
-    """Refuse an existing table a replica cannot use, naming what to change."""
+def check_existing(inspector: Any, replica: ReplicaTable, existing: dict[str, Any],
+                   unique: bool = True) -> None:
+    """Refuse an existing table a replica cannot use, naming what to change (``unique``:
+    also unique constraints besides the primary key)."""
     name, schema = replica.table.name, replica.table.schema
     guards = [c for c in GUARD_COLUMNS if c not in existing]
     if guards:
@@ -299,18 +245,18 @@ def check_existing(inspector: Any, replica: ReplicaTable, existing: dict[str, An
         raise FatalOutputError(
             f"replica table {name} has primary key {primary}, the source {replica.source} "
             f"has {list(replica.key)}", fix=f"make ({', '.join(replica.key)}) its primary key, "
-            + _DROP)
+            + DROP)
     for column, kind in replica.kinds.items():
         found = existing.get(column)
         if found is not None:
             _check_column(inspector, replica, column, kind, found)
-    unique = extra_unique(inspector, name, schema, primary)
-    if unique:
+    extra = extra_unique(inspector, name, schema, primary) if unique else []
+    if extra:
         raise FatalOutputError(
             f"replica table {name} has unique constraints besides its primary key: "
-            f"{unique}; an upsert relies on the primary key alone (in flight, and among "
+            f"{extra}; an upsert relies on the primary key alone (in flight, and among "
             "tombstones, other unique values can repeat)",
-            fix=f"drop {', '.join(unique)} on the replica (the source enforces them)")
+            fix=f"drop {', '.join(extra)} on the replica (the source enforces them)")
 
 
 def _check_column(inspector: Any, replica: ReplicaTable, column: str, kind: ColumnKind,
@@ -320,33 +266,13 @@ def _check_column(inspector: Any, replica: ReplicaTable, column: str, kind: Colu
         raise FatalOutputError(
             f"replica table {name}: column {column} is {found['type']}, which cannot "
             f"hold the source's {kind.kind.value} values",
-            fix=f"change its type to {_expected(kind, inspector)}, " + _DROP)
+            fix=f"change its type to {_expected(kind, inspector)}, " + DROP)
     if column not in replica.key and not found.get("nullable", True):
         raise FatalOutputError(
             f"replica table {name}: column {column} is NOT NULL, but tombstones (deleted "
             "rows kept with their guard) hold only the key",
             fix=f"make {column} nullable (ALTER TABLE ... DROP NOT NULL / MODIFY ... NULL)")
-    if column in replica.key and exact_key(kind) and not isinstance(found["type"], sa.String):
-        raise FatalOutputError(
-            f"replica table {name}: key column {column} is {found['type']}, which makes one "
-            "key of values the source's events keep apart (1.5 and 1.50 of an unconstrained "
-            "numeric: PostgreSQL logs a change from one to the other as a key change), so "
-            "such a change would lose the row", fix=_as_text(inspector.bind, replica, column))
-
-
-def _as_text(engine: Engine, replica: ReplicaTable, column: str) -> str:
-    """The fix for a key column that must hold the exact text of its values."""
-    dialect, quote = engine.dialect.name, engine.dialect.identifier_preparer.quote
-    table = _quoted(engine, replica.table.schema, replica.table.name)
-    if dialect == "postgresql":
-        alter = (f"DROP VIEW {_quoted(engine, replica.table.schema, replica.view)}; ALTER "
-                 f"TABLE {table} ALTER COLUMN {quote(column)} TYPE text (dblog creates the "
-                 "view again)")
-    elif dialect in ("mysql", "mariadb"):
-        alter = _widen(engine, replica, column, mysql_key_length(replica.kinds[column]))
-    else:
-        return "drop the table (and its view) so that dblog creates it, then dump the source again"
-    return f"{alter}, then dump the table again (rows merged so far are missing); " + _DROP
+    refuse_inexact_key(inspector.bind, replica, column, kind, found["type"])
 
 
 def _expected(kind: ColumnKind, inspector: Any) -> str:

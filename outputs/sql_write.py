@@ -31,6 +31,7 @@ from sqlalchemy.engine import Connection
 from dblog.core.model import Key, Row
 from dblog.replica import Guard, RowChange, TablePlan, kept
 
+from .sql_keys import check_keys
 from .sql_kinds import (
     DELETED,
     GUARD_MAJOR,
@@ -39,7 +40,7 @@ from .sql_kinds import (
     needs_conversion,
     to_db,
 )
-from .sql_schema import ReplicaTable, check_keys
+from .sql_schema import ReplicaTable
 
 _DIALECTS: dict[str, sa.Dialect] = {
     "postgresql": postgresql.psycopg.dialect(),  # type: ignore[no-untyped-call]

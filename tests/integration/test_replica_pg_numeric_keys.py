@@ -75,15 +75,17 @@ OLD_TABLE = ("CREATE TABLE nums (k NUMERIC PRIMARY KEY, v BIGINT, _dblog_major B
 """The replica table as dblog created it before such keys were text."""
 
 
+INFO = TableInfo(T, (ColumnInfo("k", "numeric"), ColumnInfo("v", "integer")), ("k",))
+EVENTS = [ChangeEvent(Op.BEGIN, None, position=lsn(0x200), seq=1),
+          ChangeEvent(Op.INSERT, T, ("1.50",), None, {"k": "1.50", "v": 1}, lsn(0x1F0), seq=2),
+          ChangeEvent(Op.COMMIT, None, position=lsn(0x200), seq=3)]
+
+
 def test_an_old_numeric_key_column_is_refused_with_the_fix(
         request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    info = TableInfo(T, (ColumnInfo("k", "numeric"), ColumnInfo("v", "integer")), ("k",))
+    info, events = INFO, EVENTS
     target = make_target("postgres", request, tmp_path, static_lookup(info))
     assert isinstance(target, SqlTarget)
-    events = [ChangeEvent(Op.BEGIN, None, position=lsn(0x200), seq=1),
-              ChangeEvent(Op.INSERT, T, ("1.50",), None, {"k": "1.50", "v": 1}, lsn(0x1F0),
-                          seq=2),
-              ChangeEvent(Op.COMMIT, None, position=lsn(0x200), seq=3)]
     try:
         target.execute(OLD_TABLE)
         output = target.new_output()
@@ -101,5 +103,29 @@ def test_an_old_numeric_key_column_is_refused_with_the_fix(
         again.write(events)
         assert again.flush() == 3
         assert target.live(T) == {("1.50",): {"k": "1.50", "v": 1}}
+    finally:
+        target.close()
+
+
+def test_dblog_check_reports_an_old_numeric_key_column_as_start_refuses_it(
+        request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """``dblog check`` names the refusal, with the same message and fix, before a run; a
+    captured table whose replica table does not exist yet gets nothing."""
+    later = TableInfo(TableId("public", "later"), INFO.columns, ("k",))
+    target = make_target("postgres", request, tmp_path, static_lookup(INFO, later))
+    assert isinstance(target, SqlTarget)
+    try:
+        target.execute(OLD_TABLE)
+        checker = target.new_output()
+        assert isinstance(checker, SqlOutput)
+        findings = checker.check_tables([INFO, later])
+        output = target.new_output()
+        output.open(0)
+        output.write(EVENTS)
+        with pytest.raises(FatalOutputError, match="key column k is NUMERIC") as raised:
+            output.flush()
+        assert [(f.level, f.message, f.fix) for f in findings] == [
+            ("error", raised.value.message, raised.value.fix)]
+        assert [f.level for f in checker.check_tables([later])] == ["ok"]
     finally:
         target.close()

@@ -103,3 +103,20 @@ def test_an_old_key_column_that_merges_keys_is_refused_with_the_fix(maria: SqlTa
     again.write(inserts(KEYS))
     again.flush()
     assert again.live_rows(T) == {(k,): {"k": k, "v": i} for i, k in enumerate(KEYS)}
+
+
+def test_dblog_check_reports_an_old_key_column_as_start_refuses_it(maria: SqlTarget) -> None:
+    """``dblog check`` names the refusal, with the same message and fix, before a run; a
+    captured table whose replica table does not exist yet gets nothing."""
+    later = TableInfo(TableId("public", "later"), INFO.columns, ("k",), extra=INFO.extra)
+    maria.execute(OLD_DDL)
+    checker = maria.new_output()
+    assert isinstance(checker, SqlOutput)
+    findings = checker.check_tables([INFO, later])
+    output = opened(maria)
+    output.write(inserts(KEYS))
+    with pytest.raises(FatalOutputError, match="utf8mb4_bin") as raised:
+        output.flush()
+    assert [(f.level, f.message, f.fix) for f in findings] == [
+        ("error", raised.value.message, raised.value.fix)]
+    assert [f.level for f in checker.check_tables([later])] == ["ok"]
