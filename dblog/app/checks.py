@@ -1,15 +1,19 @@
 """``dblog check``: the source's findings, each output's own (:class:`~dblog.spi.Checkable`),
 each output format's findings on its options (:class:`~dblog.formats.base.CheckableFormat`),
-and, for outputs whose format needs more than keys and new rows, whether the source logs it for
-every captured table (:class:`~dblog.formats.base.FormatWithRequirements` against
+each output's findings on the captured tables (:class:`~dblog.spi.findings.TableCheckable`: an
+existing replica table it would refuse), and, for outputs whose format needs more than keys and
+new rows, whether the source logs it for every captured table
+(:class:`~dblog.formats.base.FormatWithRequirements` against
 :class:`~dblog.spi.source.ImageLoggingSource`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dblog.core.model import TableInfo
 from dblog.formats.base import CheckableFormat, FormattedOutput, FormatWithRequirements
 from dblog.spi import Checkable, Finding, Output, SourceConnector
+from dblog.spi.findings import TableCheckable
 from dblog.spi.source import ImageLoggingSource
 
 
@@ -23,21 +27,24 @@ def findings(connector: SourceConnector, outputs: Sequence[Output]) -> list[Find
         if isinstance(fmt, CheckableFormat):
             found.extend(fmt.check())
     needing = [f for f in formats if isinstance(f, FormatWithRequirements)]
-    if needing and isinstance(connector, ImageLoggingSource):
-        found.extend(_format_findings(connector, connector, needing))
+    images = connector if isinstance(connector, ImageLoggingSource) else None
+    checking = [o for o in outputs if isinstance(o, TableCheckable)]
+    if (needing and images is not None) or checking:
+        infos = _captured(connector)
+        for output in checking:
+            found.extend(output.check_tables(infos))
+        if images is not None:
+            for info in infos:
+                logged = images.logged_images(info.table)
+                for fmt in needing:
+                    found.extend(fmt.requirements(info, logged))
     return found
 
 
-def _format_findings(connector: SourceConnector, images: ImageLoggingSource,
-                     formats: Sequence[FormatWithRequirements]) -> list[Finding]:
+def _captured(connector: SourceConnector) -> list[TableInfo]:
+    """The captured tables' metadata, read once for every check that needs it."""
     reader = connector.chunk_reader()
     try:
-        found: list[Finding] = []
-        for table in reader.list_tables():
-            info = reader.table_info(table)
-            logged = images.logged_images(table)
-            for fmt in formats:
-                found.extend(fmt.requirements(info, logged))
-        return found
+        return [reader.table_info(table) for table in reader.list_tables()]
     finally:
         reader.close()

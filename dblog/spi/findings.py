@@ -6,7 +6,7 @@ from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from dblog.core.model import TableId
+from dblog.core.model import TableId, TableInfo
 
 Level = Literal["error", "warning", "ok"]
 
@@ -27,6 +27,15 @@ class Checkable(Protocol):
     what the output needs from the source, without changing anything."""
 
     def check(self) -> list[Finding]: ...
+
+
+@runtime_checkable
+class TableCheckable(Protocol):
+    """An optional ability of an output: assess what it would make of the captured tables
+    (their metadata from the source's catalog), e.g. an existing replica table it would
+    refuse at start, without changing anything."""
+
+    def check_tables(self, tables: Sequence[TableInfo]) -> list[Finding]: ...
 
 
 def missing_tables(patterns: Sequence[str], found: Container[TableId], at_start: bool = False,
