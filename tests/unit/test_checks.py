@@ -43,6 +43,8 @@ def test_the_native_format_has_no_such_finding(tmp_path: Path) -> None:
 class TableChecking:
     """An output with the TableCheckable ability: records the metadata it was given."""
 
+    name = "checking"
+
     def __init__(self) -> None:
         self.given: list[TableInfo] = []
 
