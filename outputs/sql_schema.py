@@ -26,7 +26,6 @@ from dblog.errors import FatalOutputError
 from .sql_keys import (
     DROP,
     KeyText,
-    check_keys,
     created_key_texts,
     existing_key_texts,
     refuse_inexact_key,
@@ -43,9 +42,6 @@ from .sql_kinds import (
     sa_type,
 )
 
-__all__ = ["KeyText", "Naming", "ReplicaTable", "add_columns", "build_table", "check_existing",
-           "check_keys", "compatible", "create_view", "ensure", "extra_unique", "refusal",
-           "verified"]
 _NAME_LIMIT = {"postgresql": 63, "mysql": 64, "mariadb": 64}
 
 

@@ -1,4 +1,4 @@
-"""MySQL/MariaDB text key columns of the SQL output (outputs/sql_kinds.py, sql_schema.py): a
+"""MySQL/MariaDB text key columns of the SQL output (outputs/sql_kinds.py, sql_keys.py): a
 binary NO PAD collation, a length from the source type, and keys the column cannot hold as
 the source's own refused with the fix before anything is written."""
 
@@ -10,6 +10,7 @@ from sqlalchemy.dialects import mysql
 
 from dblog.core.model import ColumnInfo, TableId, TableInfo
 from dblog.errors import FatalOutputError
+from dblog.outputs.sql_keys import KeyText, check_keys
 from dblog.outputs.sql_kinds import (
     MYSQL_KEY_MAX,
     Kind,
@@ -18,7 +19,7 @@ from dblog.outputs.sql_kinds import (
     mysql_key_collation,
     sa_type,
 )
-from dblog.outputs.sql_schema import KeyText, ReplicaTable, build_table, check_keys
+from dblog.outputs.sql_schema import ReplicaTable, build_table
 
 T = TableId("public", "docs")
 ENGINE = sa.create_engine("mysql+mysqldb://u@localhost/db")  # never connects
