@@ -99,6 +99,7 @@ class PostgresConnector:
         self.key_columns = {TableId.parse(t): tuple(c) for t, c in self.config.key_columns.items()}
         self._catalog: psycopg.Connection | None = None
         self._columns: dict[TableId, tuple[str, ...]] = {}
+        self._toast_shapes: dict[TableId, catalog.ToastShape] = {}
 
     @classmethod
     def from_config(cls, raw: dict[str, Any], instance: str) -> PostgresConnector:
@@ -166,9 +167,14 @@ class PostgresConnector:
             self._columns[table] = catalog.column_names(self._conn(), table)
         return self._columns[table]
 
+    def _toast_shape_of(self, table: TableId, fresh: bool) -> catalog.ToastShape:
+        if fresh or table not in self._toast_shapes:
+            self._toast_shapes[table] = catalog.toast_shape(self._conn(), table)
+        return self._toast_shapes[table]
+
     def log_reader(self) -> PostgresLogReader:
         decoder = Wal2JsonDecoder(self.instance, self.watermark_table, self._columns_of,
-                                  self.key_columns)
+                                  self.key_columns, self._toast_shape_of)
         add_tables = None
         if self.config.tables:
             add_tables = [catalog.add_tables_option([*self.config.tables,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import psycopg
 
@@ -88,6 +89,40 @@ def add_tables_option(patterns: Sequence[str]) -> str:
         return "".join(f"\\{c}" if c in "\\',.*" or c.isspace() else c for c in part)
 
     return ",".join(f"{escape(s)}.{escape(n)}" for s, _, n in (p.partition(".") for p in patterns))
+
+
+TOAST_SHAPE_SQL = """
+SELECT c.relreplident = 'f',
+       coalesce(array_agg(a.attname::text) FILTER (WHERE a.attlen = -1 AND a.attstorage <> 'p'),
+                '{}')
+FROM pg_class c
+LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+WHERE c.oid = %s::regclass
+GROUP BY c.relreplident
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ToastShape:
+    """What tells an unchanged TOAST value from a column an update was logged without.
+
+    wal2json leaves a column out of an update's new tuple when its value is an unchanged
+    TOAST pointer, and also when the column did not exist when the row was logged (a
+    backlog read after an ``ADD COLUMN``). Only variable-length columns whose storage is not
+    PLAIN can hold a TOAST pointer (``toastable``), and under REPLICA IDENTITY FULL
+    (``full_identity``) the old tuple holds every column the row had, TOAST values inlined."""
+
+    full_identity: bool
+    toastable: frozenset[str]
+
+
+def toast_shape(conn: psycopg.Connection, table: TableId) -> ToastShape:
+    try:
+        row = conn.execute(TOAST_SHAPE_SQL, (regclass(table),)).fetchone()
+    except psycopg.Error as exc:
+        raise classify(exc, f"reading the columns of {table}") from exc
+    return ToastShape(False, frozenset()) if row is None else \
+        ToastShape(bool(row[0]), frozenset(row[1]))
 
 
 def column_names(conn: psycopg.Connection, table: TableId) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from dblog.connectors.postgres.positions import Lsn
 from dblog.core.model import ChangeEvent, Key, LogItem, Op, Row, TableId, Watermark
 from dblog.errors import FatalSourceError
 
+from .catalog import ToastShape
 from .types import FLOAT_TYPES, Converter, base_type, converter_for
 
 
@@ -83,7 +84,7 @@ _UNSEEN: Any = object()
 
 
 class _TableMeta:
-    __slots__ = ("columns", "key_columns", "key_of", "table", "watermark")
+    __slots__ = ("columns", "key_columns", "key_of", "reread_for", "table", "watermark")
 
     def __init__(self, table: TableId, watermark: bool, key_columns: tuple[str, ...]) -> None:
         self.table = table
@@ -91,6 +92,9 @@ class _TableMeta:
         self.key_columns = key_columns
         self.key_of = _key_getter(key_columns)
         self.columns: frozenset[str] = frozenset()  # the catalog's columns, for TOAST checks
+        self.reread_for: frozenset[str] | None = None
+        """The columns of the update that last made the catalog be read again: an update
+        of the same columns does not read it again (a backlog, TOAST values left out)."""
 
 
 def _key_getter(columns: tuple[str, ...]) -> Callable[[Row], Key]:
@@ -118,10 +122,12 @@ class Wal2JsonDecoder:
         watermark_table: TableId,
         columns_of: Callable[[TableId, bool], tuple[str, ...]],
         key_columns: Mapping[TableId, tuple[str, ...]] | None = None,
+        toast_shape_of: Callable[[TableId, bool], ToastShape] | None = None,
     ) -> None:
         self.instance = instance
         self.watermark_table = watermark_table
         self.columns_of = columns_of
+        self.toast_shape_of = toast_shape_of
         self.key_columns = dict(key_columns or {})
         self._tables: dict[tuple[str, str], _TableMeta] = {}
         self._converters: dict[str, Converter | None] = {}
@@ -234,21 +240,25 @@ class Wal2JsonDecoder:
         from the old tuple under REPLICA IDENTITY FULL, otherwise returned as unchanged.
 
         The columns are today's; the update may have been logged before a column was added
-        (a backlog, or a log read behind the ALTER). Under REPLICA IDENTITY FULL the old tuple
-        holds every column the row had, its TOAST values inlined, so a column missing from
-        both tuples did not exist yet: it is left out, not reported unchanged."""
+        (a backlog, or a log read behind the ALTER). A column that cannot hold a TOAST value,
+        or one missing from a REPLICA IDENTITY FULL old tuple too, did not exist yet: it is
+        left out, not reported unchanged (:class:`~.catalog.ToastShape`)."""
         columns = frozenset(self.columns_of(meta.table, False))
-        if not after.keys() <= columns or len(after) < len(meta.columns):
+        fresh = False
+        if (not after.keys() <= columns or len(after) < len(meta.columns)) and \
+                meta.reread_for != after.keys():
             columns = frozenset(self.columns_of(meta.table, True))  # the table changed: DDL
+            meta.reread_for, fresh = frozenset(after), True
         meta.columns = columns
-        full_old_row = identity is not None and len(identity) > len(meta.key_columns)
+        shape = None if self.toast_shape_of is None else self.toast_shape_of(meta.table, fresh)
+        full_old_row = shape is not None and shape.full_identity and identity is not None
         still: list[str] = []
         for column in self.columns_of(meta.table, False):
             if column in after:
                 continue
             if identity is not None and column in identity:
                 after[column] = identity[column]
-            elif not full_old_row:
+            elif shape is None or (not full_old_row and column in shape.toastable):
                 still.append(column)
         return tuple(still)
 

@@ -186,7 +186,15 @@ class ChangelogFormat(ABC):
                 self.skipped[event.op.value] += 1
             return markers
         records: list[Record] = []
-        for change in self.plan(event, table):
+        changes = self.plan(event, table)
+        if len(changes) > 1 and table is not None:
+            # every image checked before the first change counts in the transaction's order:
+            # unknown columns make the caller encode the event again (formats/schema.py)
+            mapper = self.row_mapper(event, table)
+            for change in changes:
+                mapper.check(change.before)
+                mapper.check(change.after)
+        for change in changes:
             records.extend(self.records(event, table, change))
         return records
 

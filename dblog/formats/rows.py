@@ -78,6 +78,12 @@ class RowMapper:
         raise UnknownColumns(self.format_name, self.info.table,
                              frozenset(row.keys() - self._names))
 
+    def check(self, image: RowImage | None) -> None:
+        """Raise :class:`UnknownColumns` if a row image (not a pre-encoded dump row) has a
+        column this mapper does not know."""
+        if isinstance(image, dict) and not image.keys() <= self._names:
+            self._unknown(image)
+
     def tolerating(self, columns: frozenset[str]) -> RowMapper:
         """This mapper, also passing ``columns`` through as captured (columns the current
         metadata no longer has: their type is unknown)."""

@@ -120,3 +120,30 @@ def test_an_old_row_logged_before_a_column_was_added_is_whole(
         return
     with pytest.raises(FatalOutputError, match="no full before image"):
         _lines(DebeziumFormat(), [event], lambda table: NEW)
+
+
+@pytest.mark.parametrize("path", ["jsonl", "kafka"])
+def test_an_event_encoded_again_on_fresh_metadata_counts_once_in_its_transaction(
+        path: str) -> None:
+    """A key change whose new row shows an added column is encoded a second time; its delete
+    must not count twice in debezium-json's transaction order (found by a review)."""
+    fmt = format_by_name("debezium-json", {"before_image": "as-logged"})
+    catalog = Catalog(OLD, NEW)
+    begin = ChangeEvent(Op.BEGIN, None, txid=7, commit_ts=AT, position=Lsn(0x10))
+    commit = ChangeEvent(Op.COMMIT, None, txid=7, commit_ts=AT, position=Lsn(0x20))
+    update = ChangeEvent(Op.UPDATE, T, (2,), {"id": 1}, {"id": 2, "v": "b", "at": AT},
+                         Lsn(0x10), 7, AT, old_key=(1,), seq=3)
+    end = None
+    if path == "jsonl":
+        documents = [orjson.loads(x) for x in fmt.encode_lines([begin, update], catalog)
+                     .splitlines()]
+    else:
+        planner = RecordPlanner(fmt, "{schema}.{table}", {}, None, True, lambda t: 1, catalog)
+        planner.plan(begin)
+        documents = [orjson.loads(r.value) for r in planner.plan(update) if r.value]
+        value = fmt.encode_records(commit)[0].value
+        assert value is not None
+        end = orjson.loads(value)["event_count"]
+    assert [d["op"] for d in documents] == ["d", "c"]
+    assert [d["transaction"]["total_order"] for d in documents] == [1, 2]
+    assert end == (2 if path == "kafka" else None)
