@@ -30,7 +30,10 @@ border-radius:3px;overflow:hidden;display:inline-block;vertical-align:middle}
 <script>
 "use strict";
 const hash = new URLSearchParams(location.hash.slice(1));
-if (hash.get("token")) { localStorage.setItem("dblogToken", hash.get("token")); }
+if (hash.get("token")) {
+  localStorage.setItem("dblogToken", hash.get("token"));
+  history.replaceState(null, "", location.pathname + location.search);  // out of the history
+}
 function token() { return localStorage.getItem("dblogToken") || ""; }
 async function call(method, path) {
   const headers = token() ? {"Authorization": "Bearer " + token()} : {};

@@ -77,6 +77,7 @@ def test_progress_bar_pause_and_resume(env: Env, browser: Any) -> None:
     browser.get(f"{env.url}/#token={TOKEN}")
     dump_id = client.post("/api/v1/dumps", json={"tables": ["public.t_int"]}).json()["id"]
     wait_until(lambda: _bar(browser, dump_id)[0] > 0, 30, "the bar to show progress")
+    assert browser.current_url == f"{env.url}/"  # the token is kept, not left in the history
     first = _bar(browser, dump_id)
     wait_until(lambda: _bar(browser, dump_id)[0] >= first[0] + 2, 30, "the bar to advance")
     assert _bar(browser, dump_id)[2] == "running"
