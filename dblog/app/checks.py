@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dblog.core.model import TableInfo
+from dblog.errors import DblogError
 from dblog.formats.base import CheckableFormat, FormattedOutput, FormatWithRequirements
 from dblog.spi import Checkable, Finding, Output, SourceConnector
 from dblog.spi.findings import TableCheckable
@@ -42,9 +43,17 @@ def findings(connector: SourceConnector, outputs: Sequence[Output]) -> list[Find
 
 
 def _captured(connector: SourceConnector) -> list[TableInfo]:
-    """The captured tables' metadata, read once for every check that needs it."""
+    """The captured tables' metadata, read once for every check that needs it. A table whose
+    metadata cannot be read (no key, say) is left out: the source's own check reports it."""
     reader = connector.chunk_reader()
     try:
-        return [reader.table_info(table) for table in reader.list_tables()]
+        infos = []
+        for table in reader.list_tables():
+            try:
+                infos.append(reader.table_info(table))
+            except DblogError as exc:
+                if exc.retryable:
+                    raise
+        return infos
     finally:
         reader.close()

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from dblog.app.checks import findings
-from dblog.core.model import ChangeEvent, TableInfo
+from dblog.core.model import ChangeEvent, TableId, TableInfo
+from dblog.errors import DumpRequestError
 from dblog.outputs.jsonl import JsonlConfig, JsonlOutput
 from dblog.spi import Finding
 from dblog.spi.findings import TableCheckable
@@ -73,3 +74,23 @@ def test_check_gives_table_checking_outputs_every_captured_tables_metadata() -> 
     assert all(i.key_columns == ("id",) for i in output.given)
     assert sorted(f.message for f in found if f.level == "error") == [
         "public.a: refused", "public.b: refused"]
+
+
+def test_a_table_whose_metadata_cannot_be_read_is_left_to_the_sources_check(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    db = MemoryDatabase()
+    for name in ("public.a", "public.b"):
+        db.create_table(name, ["id", "v"], ["id"])
+    connector = MemoryConnector(db)
+    reader_class = type(connector.chunk_reader())
+    table_info = reader_class.table_info
+
+    def without_b(self: Any, table: TableId, key_columns: Any = None) -> TableInfo:
+        if table.name == "b":
+            raise DumpRequestError(f"{table} has no primary key")
+        return table_info(self, table, key_columns)
+
+    monkeypatch.setattr(reader_class, "table_info", without_b)
+    output = TableChecking()
+    findings(connector, [output])
+    assert [str(i.table) for i in output.given] == ["public.a"]
