@@ -87,7 +87,19 @@ def claim(engine: Engine, table: sa.Table, pipeline: str, epoch: int
     The lock: a write to the row first (PostgreSQL and InnoDB lock the row, and re-read it
     after waiting for a lock held by another writer; SQLite takes the database's write lock),
     then a locking read of the row (``FOR UPDATE`` where the dialect has it), then the fence.
-    Raises :class:`LeadershipLost` when a newer epoch holds the row (nothing is changed)."""
+    Raises :class:`LeadershipLost` when a newer epoch holds the row (nothing is changed).
+
+    Two leaders that find no row may both insert one (PostgreSQL locks no row that is not
+    there): the second insert fails on the key, and that leader claims the row the first
+    created, as it would have had it come a moment later."""
+    try:
+        return _claim_once(engine, table, pipeline, epoch)
+    except sa.exc.IntegrityError:
+        return _claim_once(engine, table, pipeline, epoch)
+
+
+def _claim_once(engine: Engine, table: sa.Table, pipeline: str, epoch: int
+                ) -> StoredCheckpoint | None:
     with engine.begin() as conn:
         locked = conn.execute(table.update().where(table.c.pipeline == pipeline)
                               .values(flushes=table.c.flushes + 1))

@@ -39,10 +39,17 @@ def _load(group: str, name: str) -> Any:
     try:
         return load() if load is not None else _builtin(target or "")
     except ImportError as exc:
-        extra = _EXTRAS.get(name)
         raise ConfigError(f"{name} support is not installed ({exc})",
-                          fix=f"pip install 'dblog[{extra}]'" if extra else
-                          "reinstall dblog: one of its own modules failed to import") from exc
+                          fix=_install_fix(group, name)) from exc
+
+
+def _install_fix(group: str, name: str) -> str:
+    extra = _EXTRAS.get(name)
+    if extra is not None:
+        return f"pip install 'dblog[{extra}]'"
+    if name in _BUILTIN[group]:
+        return "reinstall dblog: one of its own modules failed to import"
+    return f"install the package that provides {name!r} with its dependencies"
 
 
 def _builtin(target: str) -> Any:

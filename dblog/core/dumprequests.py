@@ -3,6 +3,7 @@ key range of one table, and the dumps of ``initial_dumps`` at start."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -14,7 +15,32 @@ from dblog.errors import ConfigError, DblogError, DumpRequestError
 if TYPE_CHECKING:  # the contract is only named in hints: the core imports no I/O layer
     from dblog.spi import ChunkReader
 
-__all__ = ["initial_dumps", "range_dump", "validated_range_dump"]
+__all__ = ["asked", "initial_dumps", "range_dump", "validated_range_dump"]
+
+
+def asked(tables: Sequence[object] | None = None, table: object = None,
+          keys: Sequence[Sequence[object]] | None = None, *, ranged: bool = False,
+          key_from: Sequence[object] | None = None, key_to: Sequence[object] | None = None
+          ) -> str:
+    """What a dump request asks for, without its id, as canonical JSON text: the request as
+    given (not as checked, which depends on the tables captured at the time), so a retry
+    under one ``dump_id`` is recognised by sending the same, and anything else is not."""
+    shape: dict[str, object]
+    try:
+        shape = {"tables": None if tables is None else [_name(t) for t in tables],
+                 "table": None if table is None else _name(table),
+                 "keys": None if keys is None else [list(k) for k in keys]}
+        if ranged:
+            shape["range"] = [None if key_from is None else list(key_from),
+                              None if key_to is None else list(key_to)]
+    except TypeError:  # a request of the wrong shape: its check refuses it with the reason
+        shape = {"malformed": [tables, table, keys, ranged, key_from, key_to]}
+    return json.dumps(shape, default=str, separators=(",", ":"))  # any int, unlike orjson
+
+
+def _name(table: object) -> object:
+    """A table as ``schema.table`` (``t`` and ``public.t`` name one table)."""
+    return str(TableId.coerce(table)) if isinstance(table, (str, TableId)) else table
 
 
 def range_dump(table: TableId, key_range: KeyRange, dump_id: str | None = None) -> Dump:

@@ -68,6 +68,8 @@ class Dump:
     internal: bool = False
     key_range: KeyRange | None = None
     """Set for a dump of a key range of its one table."""
+    asked: str | None = None
+    """The request as given under a ``dump_id`` (dumprequests.asked): a retry must match."""
 
     @property
     def chunks(self) -> int:
@@ -322,6 +324,7 @@ def dump_to_json(dump: Dump) -> dict[str, Any]:
             }
             for t in dump.tables
         ],
+        **({} if dump.asked is None else {"asked": dump.asked}),
     }
 
 
@@ -334,14 +337,6 @@ def _count(value: Any) -> int:
 
 def _table_in(raw: Any) -> TableId:
     return TableId.parse(raw) if isinstance(raw, str) else TableId(raw[0], raw[1])
-
-
-def requested(dump: Dump) -> dict[str, Any]:
-    """What a dump was asked to read (its tables, keys or key range), as JSON values, without
-    its progress: two requests under one dump id must ask for the same."""
-    out = dump_to_json(dump)
-    return {"tables": [t["table"] for t in out["tables"]], "keys": out["keys"],
-            "range": out["range"]}
 
 
 def dump_from_json(raw: dict[str, Any]) -> Dump:
@@ -363,7 +358,13 @@ def dump_from_json(raw: dict[str, Any]) -> Dump:
     return Dump(id=raw["id"], tables=tables, keys=keys, key_range=key_range,
                 key_index=_count(raw["key_index"]),
                 state=DumpState(raw["state"]), error=raw.get("error"),
-                internal=raw.get("internal", False))
+                internal=raw.get("internal", False), asked=_asked_in(raw.get("asked")))
+
+
+def _asked_in(raw: Any) -> str | None:
+    if raw is not None and not isinstance(raw, str):
+        raise TypeError(f"dump request {raw!r} is not a string")
+    return raw
 
 
 @dataclass(frozen=True, slots=True)

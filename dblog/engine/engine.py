@@ -30,11 +30,9 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
 
-import orjson
-
 from dblog.core import dumps as dumpops
 from dblog.core.acks import PipelineState
-from dblog.core.dumprequests import initial_dumps
+from dblog.core.dumprequests import asked, initial_dumps
 from dblog.core.dumps import Dump, DumpState
 from dblog.core.model import TableId
 from dblog.core.recent import RecentTransactions
@@ -276,7 +274,7 @@ class Engine:
         a dump with that id already in the state is not queued again.
         """
         return self._on_engine_thread(
-            lambda scheduler: _accept(scheduler, dump_id,
+            lambda scheduler: _accept(scheduler, dump_id, asked(tables, table, keys),
                                       lambda: scheduler.validated(tables, table, keys)))
 
     def request_range_dump(
@@ -286,8 +284,10 @@ class Engine:
         """Queue a dump of the keys of ``table`` from ``key_from`` to ``key_to``, both
         included (None: that end is open); like :meth:`request_dump` otherwise."""
         return self._on_engine_thread(
-            lambda scheduler: _accept(scheduler, dump_id, lambda: scheduler.validated_range(
-                table, key_from, key_to)))
+            lambda scheduler: _accept(
+                scheduler, dump_id, asked(table=table, ranged=True, key_from=key_from,
+                                          key_to=key_to),
+                lambda: scheduler.validated_range(table, key_from, key_to)))
 
     def set_dump_state(self, dump_id: str, state: DumpState) -> Future[str]:
         """Pause (PAUSED), resume (QUEUED) or cancel (CANCELLED) a dump, between chunks."""
@@ -348,29 +348,27 @@ class Engine:
         return self.commands.call(call, refuse=self._restarting)
 
 
-def _accept(scheduler: DumpScheduler, dump_id: str | None, validate: Callable[[], Dump]) -> str:
-    """Validate a request and queue its dump (engine thread). A dump with ``dump_id`` already
-    in the state is not queued again when the request asks for the same (a client's retry;
-    also when the request no longer validates, e.g. its table was dropped since); a request
-    for something else under that id is refused (:class:`DumpIdConflict`)."""
+def _accept(scheduler: DumpScheduler, dump_id: str | None, asked: str,
+            validate: Callable[[], Dump]) -> str:
+    """Validate a request and queue its dump (engine thread). Under a ``dump_id`` that names
+    a dump already, the same request (``asked``, as given) gets that dump without a second
+    check (a client's retry, also after its table was dropped); another one is refused
+    (:class:`DumpIdConflict`). A dump stored before requests were kept takes any."""
     existing = None if dump_id is None else scheduler.live.get(dump_id)
+    if existing is not None:
+        if existing.asked not in (None, asked):
+            raise Rejected(DumpIdConflict(existing.id, existing.asked or ""))
+        return existing.id
     try:
         dump = validate()
     except DblogError as exc:  # the request fails alone; the engine goes on
-        if existing is not None:
-            return existing.id
         raise Rejected(exc) from exc
     except Exception as exc:  # only dblog's own errors leave the engine
         log.error("dump request failed its checks", exc_info=exc)
         raise Rejected(DumpRequestError(
             f"the request could not be checked: {type(exc).__name__}: {exc}")) from exc
-    if existing is not None:
-        asked = orjson.dumps(dumpops.requested(existing), default=str)
-        if asked != orjson.dumps(dumpops.requested(dump), default=str):
-            raise Rejected(DumpIdConflict(existing.id, asked.decode()))
-        return existing.id
     if dump_id is not None:
-        dump = replace(dump, id=dump_id)
+        dump = replace(dump, id=dump_id, asked=asked)
     scheduler.accept(dump)
     return dump.id
 

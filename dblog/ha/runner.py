@@ -17,11 +17,11 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-import orjson
 from kazoo.client import KazooClient
 
 from dblog.app.config import PipelineConfig
 from dblog.app.pipeline import Pipeline
+from dblog.core.dumprequests import asked
 from dblog.core.dumps import DumpState
 from dblog.errors import (
     DblogError,
@@ -37,6 +37,7 @@ from dblog.runtime.clock import SystemClock
 from dblog.runtime.retry import Backoff
 from dblog.spi import Clock, DumpRequest
 from dblog.spi.metrics import Counters
+from dblog.state import state_from_json
 
 log = logging.getLogger("dblog.ha")
 
@@ -99,12 +100,10 @@ class HaInstance:
         """Queue ``request`` in ZooKeeper under its own ``dump_id`` (or a new id); a request
         whose id is queued already is not queued again (a client's retry)."""
         if request.dump_id is not None:
-            for _, queued in requests.pending(self.client, self.paths):
-                if queued["id"] != request.dump_id:
-                    continue
-                asked = _asks(requests.dump_request(queued))
-                if asked != _asks(request):
-                    raise DumpIdConflict(request.dump_id, asked.decode())
+            held = self._asked_under(request.dump_id)
+            if held is not None:
+                if held not in ("", _asks(request)):
+                    raise DumpIdConflict(request.dump_id, held)
                 return request.dump_id
         if request.ranged:
             return requests.queue_range_dump(self.client, self.paths, request.table,
@@ -114,6 +113,16 @@ class HaInstance:
             self.client, self.paths, None if request.tables is None else list(request.tables),
             table=request.table, dump_id=request.dump_id,
             keys=None if request.keys is None else [list(k) for k in request.keys])
+
+    def _asked_under(self, dump_id: str) -> str | None:
+        """The request queued or stored under ``dump_id`` (None: none; "" for a dump stored
+        before requests were kept, which any request matches)."""
+        for _, queued in requests.pending(self.client, self.paths):
+            if queued["id"] == dump_id:
+                return _asks(requests.dump_request(queued))
+        stored = self.store.load()
+        dump = None if stored is None else state_from_json(stored.data).dumps.get(dump_id)
+        return None if dump is None else dump.asked or ""
 
     def request_range_dump(self, table: str, key_from: list[Any] | None,
                            key_to: list[Any] | None, dump_id: str | None = None,
@@ -235,15 +244,10 @@ class HaInstance:
                 log.warning("serving dump requests: %s", exc or type(exc).__name__)
 
 
-def _asked(request: DumpRequest) -> dict[str, Any]:
-    """What ``request`` asks for, without its id."""
-    asked = {"tables": request.tables, "table": request.table, "keys": request.keys,
-             "from": request.key_from, "to": request.key_to, "range": request.ranged}
-    return {name: value for name, value in asked.items() if value not in (None, False)}
-
-
-def _asks(request: DumpRequest) -> bytes:
-    return orjson.dumps(_asked(request), default=str)
+def _asks(request: DumpRequest) -> str:
+    """What ``request`` asks for, as the engine keeps it under a dump id."""
+    return asked(request.tables, request.table, request.keys, ranged=request.ranged,
+                 key_from=request.key_from, key_to=request.key_to)
 
 
 def _listed(key: Sequence[Any] | None) -> list[Any] | None:

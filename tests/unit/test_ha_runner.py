@@ -58,8 +58,8 @@ def starting_leader() -> tuple[HaInstance, FakeZk]:
     ha.client = zk
     ha.paths = ZkPaths.of("/dblog", "x")
     ha.terms, ha.restarts, ha.in_term, ha._stop = 1, 0, True, threading.Event()
-    ha.metrics = Counters()
-    ha.pipeline = Pipeline(MemoryConnector(db), [ListOutput()], state=MemoryStateStore(),
+    ha.metrics, ha.store = Counters(), MemoryStateStore()  # type: ignore[assignment]
+    ha.pipeline = Pipeline(MemoryConnector(db), [ListOutput()], state=ha.store,
                            settings=fast_settings(4))
     return ha, zk
 

@@ -38,6 +38,16 @@ def test_a_missing_driver_names_the_extra_that_installs_it(
     assert caught.value.fix is not None and caught.value.fix.startswith(fix)
 
 
+def test_a_third_party_plugins_missing_dependency_is_not_blamed_on_dblog(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = metadata.EntryPoint("thirdparty", "dblog_no_such_module_here:Thing", "dblog.outputs")
+    monkeypatch.setattr(plugins, "entry_points", lambda group: [broken])
+    with pytest.raises(ConfigError, match="thirdparty support is not installed") as caught:
+        plugins._load("dblog.outputs", "thirdparty")
+    assert caught.value.fix == "install the package that provides 'thirdparty' with its " \
+                               "dependencies"
+
+
 def test_an_unknown_type_lists_the_known_ones() -> None:
     with pytest.raises(ConfigError, match="unknown output type 'kafak'") as caught:
         plugins._load("dblog.outputs", "kafak")
