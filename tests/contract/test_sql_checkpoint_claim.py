@@ -103,3 +103,44 @@ def test_a_new_leader_loads_exactly_the_checkpoint_it_fenced(sql_target: SqlTarg
     with pytest.raises(LeadershipLost):
         deposed.flush_checkpoint(Checkpoint("contract", 1, last))
     assert stored_state(target) == first
+
+
+@pytest.fixture
+def pg_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlTarget]:
+    infos: dict[TableId, TableInfo] = {t: int_info(t) for t in TABLES}
+    for made in target_fixture("postgres", request, tmp_path, infos.get):
+        assert isinstance(made, SqlTarget)
+        yield made
+
+
+def test_two_new_leaders_that_both_find_no_row_end_with_the_newer_one_holding_it(
+        pg_target: SqlTarget) -> None:
+    """PostgreSQL locks no row that is not there: a deposed leader's first claim can insert
+    the checkpoint row between the new leader's update (no row) and its insert; the new
+    leader then claims that row instead of failing on the key."""
+    target = pg_target
+    deposed_url = impatient(target.url)
+    deposed = target.new_output(epoch=1, url=deposed_url, checkpoint_table=CHECKPOINTS)
+    outcome: list[str] = []
+
+    def deposed_claims(conn: sa.Connection, _cursor: Any, statement: str, *_: Any) -> None:
+        if outcome or conn.engine.url.render_as_string(False) == deposed_url \
+                or CHECKPOINTS not in statement \
+                or not statement.lstrip().upper().startswith("UPDATE"):
+            return  # only the new leader's first statement on the row
+        deposed.open(0)
+        outcome.append("claimed")
+
+    successor = target.new_output(epoch=2, checkpoint_table=CHECKPOINTS)
+    sa.event.listen(sa.engine.Engine, "after_cursor_execute", deposed_claims)
+    try:
+        successor.open(0)
+    finally:
+        sa.event.remove(sa.engine.Engine, "after_cursor_execute", deposed_claims)
+    assert outcome == ["claimed"]
+    with target.engine.connect() as conn:
+        epochs = conn.execute(sa.text(f"SELECT epoch FROM {CHECKPOINTS}")).scalars().all()
+    assert epochs == [2]
+    with pytest.raises(LeadershipLost):
+        deposed.flush_checkpoint(Checkpoint("contract", 1, {"seq": 0, "dumps": [],
+                                                            "position": None}))
