@@ -11,8 +11,9 @@ short lock timeout) and is refused by the fence afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,27 @@ def stored_state(target: SqlTarget) -> dict[str, Any] | None:
     return None if text is None else dict(orjson.loads(text))
 
 
+@contextlib.contextmanager
+def after_first(deposed_url: str, verb: str, action: Callable[[], None]) -> Iterator[None]:
+    """Run ``action`` (the deposed leader's move) once, right after the first ``verb``
+    statement on the checkpoint table made by anyone but the deposed leader itself."""
+    done: list[bool] = []
+
+    def hook(conn: sa.Connection, _cursor: Any, statement: str, *_: Any) -> None:
+        if done or conn.engine.url.render_as_string(False) == deposed_url \
+                or CHECKPOINTS not in statement \
+                or not statement.lstrip().upper().startswith(verb):
+            return
+        done.append(True)
+        action()
+
+    sa.event.listen(sa.engine.Engine, "after_cursor_execute", hook)
+    try:
+        yield
+    finally:
+        sa.event.remove(sa.engine.Engine, "after_cursor_execute", hook)
+
+
 def test_a_new_leader_loads_exactly_the_checkpoint_it_fenced(sql_target: SqlTarget) -> None:
     target = sql_target
     events = Source("pg", random.Random(6)).run(20)
@@ -75,11 +97,7 @@ def test_a_new_leader_loads_exactly_the_checkpoint_it_fenced(sql_target: SqlTarg
     last = {"seq": len(events), "dumps": [], "position": None}
     outcome: list[str] = []
 
-    def deposed_commits(conn: sa.Connection, _cursor: Any, statement: str, *_: Any) -> None:
-        if outcome or conn.engine.url.render_as_string(False) == deposed_url \
-                or CHECKPOINTS not in statement \
-                or not statement.lstrip().upper().startswith("SELECT"):
-            return  # only the new leader's first read of the row
+    def deposed_commits() -> None:
         try:
             deposed.flush_checkpoint(Checkpoint("contract", 1, last))
             outcome.append("committed")
@@ -88,11 +106,8 @@ def test_a_new_leader_loads_exactly_the_checkpoint_it_fenced(sql_target: SqlTarg
 
     successor = target.new_output(epoch=2, checkpoint_table=CHECKPOINTS)
     assert isinstance(successor, SqlOutput)
-    sa.event.listen(sa.engine.Engine, "after_cursor_execute", deposed_commits)
-    try:
+    with after_first(deposed_url, "SELECT", deposed_commits):
         successor.open(half)
-    finally:
-        sa.event.remove(sa.engine.Engine, "after_cursor_execute", deposed_commits)
     assert outcome, "the new leader never read its checkpoint row"
     loaded = successor.committed_checkpoint()
     assert loaded is not None
@@ -123,20 +138,13 @@ def test_two_new_leaders_that_both_find_no_row_end_with_the_newer_one_holding_it
     deposed = target.new_output(epoch=1, url=deposed_url, checkpoint_table=CHECKPOINTS)
     outcome: list[str] = []
 
-    def deposed_claims(conn: sa.Connection, _cursor: Any, statement: str, *_: Any) -> None:
-        if outcome or conn.engine.url.render_as_string(False) == deposed_url \
-                or CHECKPOINTS not in statement \
-                or not statement.lstrip().upper().startswith("UPDATE"):
-            return  # only the new leader's first statement on the row
+    def deposed_claims() -> None:
         deposed.open(0)
         outcome.append("claimed")
 
     successor = target.new_output(epoch=2, checkpoint_table=CHECKPOINTS)
-    sa.event.listen(sa.engine.Engine, "after_cursor_execute", deposed_claims)
-    try:
+    with after_first(deposed_url, "UPDATE", deposed_claims):
         successor.open(0)
-    finally:
-        sa.event.remove(sa.engine.Engine, "after_cursor_execute", deposed_claims)
     assert outcome == ["claimed"]
     with target.engine.connect() as conn:
         epochs = conn.execute(sa.text(f"SELECT epoch FROM {CHECKPOINTS}")).scalars().all()

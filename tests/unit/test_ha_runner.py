@@ -133,18 +133,27 @@ class Election:
         pass
 
 
-def test_a_terms_restarts_are_counted_and_it_leads_while_it_waits(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    db, _ = make_db(5)
-    connector, store = FlakyConnector(db), MemoryStateStore()
+def leader_between_terms(monkeypatch: pytest.MonkeyPatch,
+                         connector: MemoryConnector) -> HaInstance:
+    """An HA instance elected (Election) but not yet leading, whose pipelines (one per run,
+    as ``Pipeline.from_config`` builds them) read ``connector``; no request pump."""
+    store = MemoryStateStore()
     monkeypatch.setattr(Pipeline, "from_config", staticmethod(
-        lambda *_, **__: Pipeline(connector, [ListOutput()], state=store, max_restarts=0,
-                                  settings=fast_settings(4, poll_timeout_s=0.01))))
+        lambda *_, metrics=None, **__: Pipeline(
+            connector, [ListOutput()], state=store, max_restarts=0, metrics=metrics,
+            settings=fast_settings(4, poll_timeout_s=0.01))))
     monkeypatch.setattr(HaInstance, "_serve_requests", lambda *_: None)
     ha, _ = starting_leader()
     ha.pipeline, ha.in_term, ha.clock = None, False, FakeClock()
     ha.config, ha.store = None, store  # type: ignore[assignment]  # from_config is a stub
     ha.election = Election()  # type: ignore[assignment]
+    return ha
+
+
+def test_a_terms_restarts_are_counted_and_it_leads_while_it_waits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    db, _ = make_db(5)
+    ha = leader_between_terms(monkeypatch, FlakyConnector(db))
     waits: list[dict[str, Any]] = []
 
     def backoff(_delay: float | None = None) -> bool:  # the status between two runs
@@ -194,16 +203,7 @@ def test_the_event_counters_keep_counting_across_a_restart_within_a_term(
     db, table = make_db(0)
     for k in range(3):
         db.transaction([("upsert", table, {"id": k, "v": 1})])
-    connector, store = FailsOnceAfterEvents(db), MemoryStateStore()
-    monkeypatch.setattr(Pipeline, "from_config", staticmethod(
-        lambda *_, metrics=None, **__: Pipeline(
-            connector, [ListOutput()], state=store, max_restarts=0, metrics=metrics,
-            settings=fast_settings(4, poll_timeout_s=0.01))))
-    monkeypatch.setattr(HaInstance, "_serve_requests", lambda *_: None)
-    ha, _ = starting_leader()
-    ha.pipeline, ha.in_term, ha.clock = None, False, FakeClock()
-    ha.config, ha.store = None, store  # type: ignore[assignment]  # from_config is a stub
-    ha.election = Election()  # type: ignore[assignment]
+    ha = leader_between_terms(monkeypatch, FailsOnceAfterEvents(db))
     monkeypatch.setattr(ha._stop, "wait", lambda _delay=None: ha._stop.is_set())
     term = threading.Thread(target=ha._lead, args=(1,), daemon=True)
     term.start()
