@@ -29,6 +29,11 @@ class UnknownColumns(FatalOutputError):
         self.columns = columns
 
 
+class UnmappableValue(FatalOutputError):
+    """A value does not fit its column's type in the table's metadata: the metadata may be
+    older than the value (a type changed while the pipeline runs)."""
+
+
 class RowMapper:
     """The converters of one table's columns (None: the canonical value is the format's)."""
 
@@ -63,11 +68,13 @@ class RowMapper:
                 if value is not None:
                     out[name] = convert(value)
         except (ValueError, TypeError, OverflowError) as exc:
-            raise FatalOutputError(
+            raise UnmappableValue(
                 f"{self.format_name}: cannot map {self.info.table}.{name} "
                 f"({self._types.get(name)}) value {row.get(name)!r}: {exc}",
-                fix="report this value: the format's type mapping does not cover it "
-                    "(docs/formats.md)") from exc
+                fix="if the column's type changed since this value was logged, start the "
+                    "pipeline past that point and dump the table; otherwise report this "
+                    "value: the format's type mapping does not cover it (docs/formats.md)"
+            ) from exc
         return out
 
     def key(self, key: Key) -> dict[str, Any]:

@@ -18,6 +18,11 @@ it any more, and the only ways on are to stop forever or to write it as captured
 passes it through from then on (:class:`SchemaFollowingFormat`), with one warning naming the
 table and columns. Neither path drops a value or a row, and a column the catalog knows is
 always mapped by its type, so log and dump events of one column keep one form.
+
+A value that does not fit its column's cached type makes the metadata be read again once too
+(a type changed while the pipeline runs, e.g. timestamptz to text); if the fresh type does not
+fit it either (a backlog logged under an older type), the output stops as before. A value of a
+new type that happens to fit the old one (text to timestamptz) is not noticed.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 from dblog.core.model import TableId, TableInfo
 from dblog.formats.base import TableLookup
-from dblog.formats.rows import UnknownColumns
+from dblog.formats.rows import UnknownColumns, UnmappableValue
 
 T = TypeVar("T")
 
@@ -60,6 +65,10 @@ def encode_following_schema(fmt: object, tables: TableLookup, table: TableId,
         return encode(tables(table))
     except UnknownColumns as exc:
         unknown = exc
+    except UnmappableValue:
+        if not isinstance(tables, RefreshableLookup):
+            raise
+        return encode(tables.refresh(table))  # a type changed since the metadata was read
     if isinstance(tables, RefreshableLookup):
         try:
             return encode(tables.refresh(table))

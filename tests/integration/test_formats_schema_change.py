@@ -67,3 +67,20 @@ def test_a_backlog_across_added_and_dropped_columns_goes_out_as_logged(
         ("c", None, {"id": 4, "w": 4, "n": 44})]
     warned = [r.getMessage() for r in caplog.records if "no longer in the source" in r.getMessage()]
     assert len(warned) == 1 and "['v']" in warned[0] and "public.shifts" in warned[0]
+
+
+def test_a_column_retyped_while_the_pipeline_runs_keeps_the_output_going(
+        pg_dsn: str, tmp_path: Path) -> None:
+    pg = Kit("postgres", pg_dsn)
+    pg.execute("CREATE TABLE retyped (id int PRIMARY KEY, at timestamptz)")
+    pg.execute("ALTER TABLE retyped REPLICA IDENTITY FULL")
+    pg.execute("INSERT INTO retyped VALUES (1, '2024-05-01 12:00:00+00')")
+
+    def changes(kit: Kit) -> None:
+        kit.execute("ALTER TABLE retyped ALTER COLUMN at TYPE text")
+        kit.execute("INSERT INTO retyped VALUES (2, 'soon')")
+
+    _run(pg, tmp_path, [pg.table("retyped")], {"debezium": DebeziumFormat()}, changes)
+    documents = _documents(tmp_path / "debezium.jsonl")
+    assert [(d["op"], d["after"]) for d in documents] == [
+        ("r", {"id": 1, "at": "2024-05-01T12:00:00Z"}), ("c", {"id": 2, "at": "soon"})]

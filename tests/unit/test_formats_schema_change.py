@@ -18,7 +18,7 @@ from dblog.core.model import ChangeEvent, ColumnInfo, Op, TableId, TableInfo
 from dblog.errors import FatalOutputError
 from dblog.formats.base import format_by_name
 from dblog.formats.debezium import DebeziumFormat
-from dblog.formats.rows import UnknownColumns
+from dblog.formats.rows import UnknownColumns, UnmappableValue
 from dblog.formats.schema import RefreshableLookup, encode_following_schema
 from dblog.outputs.kafka_records import RecordPlanner
 
@@ -147,3 +147,21 @@ def test_an_event_encoded_again_on_fresh_metadata_counts_once_in_its_transaction
     assert [d["op"] for d in documents] == ["d", "c"]
     assert [d["transaction"]["total_order"] for d in documents] == [1, 2]
     assert end == (2 if path == "kafka" else None)
+
+
+def test_a_value_that_no_longer_fits_its_cached_type_is_mapped_by_the_fresh_one() -> None:
+    """ALTER COLUMN at TYPE text while the pipeline runs: the cached metadata says
+    timestamptz, the value is text; the format reads the metadata again once."""
+    as_text = TableInfo(T, (*OLD.columns, ColumnInfo("at", "text")), ("id",))
+    catalog = Catalog(NEW, as_text)
+    out = _lines(DebeziumFormat(), [_event(Op.INSERT, None, {"id": 1, "v": "a", "at": "soon"})],
+                 catalog)
+    assert out[0]["after"] == {"id": 1, "v": "a", "at": "soon"} and catalog.refreshes == 1
+    with pytest.raises(UnmappableValue, match="type changed"):  # the fix says what to do
+        _lines(DebeziumFormat(), [_event(Op.INSERT, None, {"id": 1, "v": "a", "at": "soon"})],
+               lambda table: NEW)
+    stale = Catalog(NEW, NEW)  # a value logged under an older type: stops as before
+    with pytest.raises(UnmappableValue):
+        _lines(DebeziumFormat(), [_event(Op.INSERT, None, {"id": 1, "v": "a", "at": "soon"})],
+               stale)
+    assert stale.refreshes == 1
