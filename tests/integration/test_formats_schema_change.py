@@ -23,21 +23,32 @@ def _documents(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines()]
 
 
-def test_a_column_added_while_the_pipeline_runs_is_mapped_by_its_type(
-        pg_dsn: str, tmp_path: Path) -> None:
+def _while_running(pg_dsn: str, tmp_path: Path, table: str, row: str,
+                   statements: list[str]) -> list[dict[str, Any]]:
+    """The debezium-json documents of a pipeline that dumps ``table`` (one ``row``, REPLICA
+    IDENTITY FULL), then captures ``statements`` run while it streams."""
     pg = Kit("postgres", pg_dsn)
-    pg.execute("CREATE TABLE grows (id int PRIMARY KEY, v text)")
-    pg.execute("ALTER TABLE grows REPLICA IDENTITY FULL")
-    pg.execute("INSERT INTO grows VALUES (1, 'a')")
+    name = table.split(" ")[0]
+    pg.execute(f"CREATE TABLE {table}")
+    pg.execute(f"ALTER TABLE {name} REPLICA IDENTITY FULL")
+    pg.execute(f"INSERT INTO {name} VALUES {row}")
 
     def changes(kit: Kit) -> None:
-        kit.execute("UPDATE grows SET v = 'b' WHERE id = 1")
-        kit.execute("ALTER TABLE grows ADD COLUMN at timestamptz")
-        kit.execute("INSERT INTO grows VALUES (2, 'c', '2024-05-01 12:00:00+00')")
-        kit.execute("UPDATE grows SET v = 'd' WHERE id = 1")
+        for statement in statements:
+            kit.execute(statement)
 
-    _run(pg, tmp_path, [pg.table("grows")], {"debezium": DebeziumFormat()}, changes)
-    documents = _documents(tmp_path / "debezium.jsonl")
+    _run(pg, tmp_path, [pg.table(name)], {"debezium": DebeziumFormat()}, changes)
+    return _documents(tmp_path / "debezium.jsonl")
+
+
+def test_a_column_added_while_the_pipeline_runs_is_mapped_by_its_type(
+        pg_dsn: str, tmp_path: Path) -> None:
+    documents = _while_running(pg_dsn, tmp_path, "grows (id int PRIMARY KEY, v text)",
+                               "(1, 'a')", [
+        "UPDATE grows SET v = 'b' WHERE id = 1",
+        "ALTER TABLE grows ADD COLUMN at timestamptz",
+        "INSERT INTO grows VALUES (2, 'c', '2024-05-01 12:00:00+00')",
+        "UPDATE grows SET v = 'd' WHERE id = 1"])
     assert [(d["op"], (d["after"] or {}).get("id")) for d in documents] == [
         ("r", 1), ("u", 1), ("c", 2), ("u", 1)]
     assert documents[2]["after"] == {"id": 2, "v": "c", "at": "2024-05-01T12:00:00Z"}
@@ -71,16 +82,9 @@ def test_a_backlog_across_added_and_dropped_columns_goes_out_as_logged(
 
 def test_a_column_retyped_while_the_pipeline_runs_keeps_the_output_going(
         pg_dsn: str, tmp_path: Path) -> None:
-    pg = Kit("postgres", pg_dsn)
-    pg.execute("CREATE TABLE retyped (id int PRIMARY KEY, at timestamptz)")
-    pg.execute("ALTER TABLE retyped REPLICA IDENTITY FULL")
-    pg.execute("INSERT INTO retyped VALUES (1, '2024-05-01 12:00:00+00')")
-
-    def changes(kit: Kit) -> None:
-        kit.execute("ALTER TABLE retyped ALTER COLUMN at TYPE text")
-        kit.execute("INSERT INTO retyped VALUES (2, 'soon')")
-
-    _run(pg, tmp_path, [pg.table("retyped")], {"debezium": DebeziumFormat()}, changes)
-    documents = _documents(tmp_path / "debezium.jsonl")
+    documents = _while_running(pg_dsn, tmp_path, "retyped (id int PRIMARY KEY, at timestamptz)",
+                               "(1, '2024-05-01 12:00:00+00')", [
+        "ALTER TABLE retyped ALTER COLUMN at TYPE text",
+        "INSERT INTO retyped VALUES (2, 'soon')"])
     assert [(d["op"], d["after"]) for d in documents] == [
         ("r", {"id": 1, "at": "2024-05-01T12:00:00Z"}), ("c", {"id": 2, "at": "soon"})]
