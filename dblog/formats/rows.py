@@ -18,7 +18,7 @@ Converter = Callable[[Any], Any]
 class UnknownColumns(FatalOutputError):
     """A row holds columns its table's metadata does not have: the metadata is older than
     the row (a column added since it was read) or newer (dropped or renamed since the row
-    was logged). :func:`dblog.formats.base.encode_following_schema` tells them apart."""
+    was logged). :func:`dblog.formats.schema.encode_following_schema` tells them apart."""
 
     def __init__(self, format_name: str, table: object, columns: frozenset[str]) -> None:
         super().__init__(
