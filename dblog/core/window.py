@@ -18,7 +18,8 @@ window: its events evict rows too (``pending_txids``).
 
 An event whose after-image is incomplete (PostgreSQL unchanged TOAST columns) cannot stand in
 for the row it evicts, so its key is listed in ``refetch``: the engine reads those keys again in
-a later window.
+a later window. That holds for its new key when it evicted the row under its old one (a key
+change): the new key may lie outside the chunk, and no later chunk may reach it.
 """
 
 from __future__ import annotations
@@ -99,7 +100,11 @@ def guard_forwarded(
         if not keys:
             continue
         mine = [(k, partial) for s, n, k, partial in keys if s == schema and n == name]
-        refetch = frozenset(k for k, partial in mine if partial and k in window.rows)
+        if not any(k in window.rows for k, _ in mine):
+            continue
+        # the index does not pair a key change's keys: every partial key of a transaction
+        # that evicted a row is read again (one more than needed at worst)
+        refetch = frozenset(k for k, partial in mine if partial)
         window = evict(window, [k for k, _ in mine])
         if refetch:
             window = replace(window, refetch=window.refetch | refetch)
@@ -136,7 +141,7 @@ def on_change(window: ChunkWindow, event: ChangeEvent) -> ChunkWindow:
     for key in touched:
         del rows[key]
     refetch = window.refetch
-    if event.unchanged and event.key in touched:
+    if event.unchanged and event.key is not None:  # under its new key too: a key change
         refetch = refetch | {event.key}
     return replace(window, rows=rows, dropped=window.dropped + len(touched), refetch=refetch)
 

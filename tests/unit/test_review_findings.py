@@ -130,6 +130,28 @@ def test_unchanged_toast_update_in_a_forwarded_invisible_transaction_is_refetche
     assert_replay_equals_source(out.events, db)
 
 
+def test_unchanged_toast_key_change_in_a_forwarded_invisible_transaction_is_refetched() -> None:
+    """window.guard_forwarded: as above, for an update that also changes the key: the old key
+    held the chunk's full row, the new key is the partial one and must be read again."""
+    db = MemoryDatabase()
+    t = db.create_table("public.t", ["id", "big", "v"], ["id"])
+    for k in range(5):
+        db.tables[t].rows[(k,)] = {"id": k, "big": f"large-{k}", "v": 0}
+    stale = {k: dict(r) for k, r in db.tables[t].rows.items()}  # what the SELECT sees
+    db.transaction([("update", t, {"id": 100, "big": "large-3", "v": 1, "__old_key__": [3]})])
+
+    def toast(item: LogItem) -> LogItem:
+        if isinstance(item, ChangeEvent) and item.op is Op.UPDATE and item.txid == 1:
+            after = {c: v for c, v in row_of(item.after or {}).items() if c != "big"}
+            return ChangeEvent(item.op, item.table, item.key, None, after, item.position,
+                               item.txid, item.commit_ts, item.old_key, ("big",))
+        return item
+
+    reader = LaggingChunkReader(db, stale, frozenset({1}))
+    _, out = _lagging_run(db, reader, transform=toast)
+    assert_replay_equals_source(out.events, db)
+
+
 def test_pending_transaction_evicted_from_the_recent_index_does_not_let_a_stale_row_win() -> None:
     """recent.py / window.guard_forwarded: once a forwarded transaction is evicted from the
     bounded RecentTransactions index, keys_of() returns None, the same as "not seen yet", so

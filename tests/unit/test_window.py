@@ -192,6 +192,14 @@ def test_partial_key_change_refetches_the_new_key_only() -> None:
     assert w.refetch == frozenset({(3,)})
 
 
+def test_partial_key_change_from_a_chunk_key_refetches_the_new_key() -> None:
+    # the old key held the chunk's whole row; the event under the new key lacks the TOAST
+    # column, so the new key is read again even though the chunk never held it
+    w = on_change(opened(1, 2, 3), ev(Op.UPDATE, 100, old_key=1, unchanged=("blob",)))
+    assert keys_of(w) == [2, 3]
+    assert w.refetch == frozenset({(100,)})
+
+
 def test_window_functions_do_not_mutate_their_input() -> None:
     before = opened(1, 2)
     after = on_change(before, ev(Op.DELETE, 1))
