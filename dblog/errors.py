@@ -5,7 +5,9 @@
     DblogError
     ├── ConfigError            invalid configuration; the message names the field and the fix
     ├── DumpRequestError       bad dump request (unknown table, no primary key, malformed key)
-    │   └── DumpIdConflict     the request's dump_id already names a dump of something else
+    │   ├── DumpIdConflict     the request's dump_id already names a dump of something else
+    │   └── TableChanged       a chunk query named a column the table no longer has (DDL while
+    │                          dumping): the table's metadata is read again and the chunk retried
     ├── SourceError            the source database
     │   ├── RetryableSourceError   connection lost, server restarting: retried with backoff
     │   └── FatalSourceError       settings, rights, missing plugin: stops with the fix spelled out
@@ -57,6 +59,12 @@ class DumpIdConflict(DumpRequestError):
         super().__init__(f"dump id {dump_id!r} already names another dump: {asked}",
                          fix="give this dump a new dump_id, or repeat the first request "
                              "exactly to get its dump")
+
+
+class TableChanged(DumpRequestError):
+    """A dump query named a column (or table) the source no longer has: a DDL ran while the
+    table was being dumped. Adapters classify the driver's "undefined column" error code into
+    it; the scheduler reads the table's metadata again and retries the chunk."""
 
 
 class SourceError(DblogError):
