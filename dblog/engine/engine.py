@@ -182,9 +182,15 @@ class Engine:
                 lambda tables: scheduler.validated(tables, None, None),
                 self.settings.initial_dumps, self.settings.initial_dumps_skip_unavailable,
                 log_skipped)
+            for dump in initial:
+                state = replace(state, dumps=state.dumps.add(dump))
+            scheduler.live = state.dumps
+            # one write: a failure after it cannot leave a stored state without the initial
+            # dumps (every later run finds a stored state and queues none)
             self.delivery.save(state)
             for dump in initial:
-                scheduler.accept(dump)
+                log.info("dump %s queued: %s", dump.id,
+                         ", ".join(str(t.table) for t in dump.tables))
         log.info("resumed at position %s, seq %d, %d dump(s) queued", state.position,
                  state.seq, sum(1 for d in state.dumps.dumps if d.state in dumpops.ACTIVE_STATES))
         forwarder = LogForwarder(self.delivery, scheduler, boundary, recent)

@@ -228,7 +228,12 @@ class ThreadedSink(InlineSink):
             item = self._queue.get()
             if item is _STOP:
                 return
-            if self._error is not None or self._dropping or not self._may_write():
+            if self._error is None and not self._dropping and not self._may_write():
+                # sticky: the lease may be valid again before the engine thread looks, and
+                # nothing after a dropped item may be acknowledged (SPEC 8)
+                self._error = LeadershipLost(
+                    f"leadership lost: {self.name} dropped what was queued")
+            if self._error is not None or self._dropping:
                 self._release(item)
                 continue
             try:

@@ -12,7 +12,7 @@ import pytest
 
 from dblog.core.model import ChangeEvent, Op, TableId
 from dblog.engine.sinks import ThreadedSink
-from dblog.errors import FatalOutputError
+from dblog.errors import FatalOutputError, LeadershipLost
 from dblog.spi import EncodedBatch, PreEncodingOutput
 from dblog.testing import FakeClock, ListOutput
 
@@ -98,6 +98,34 @@ def test_discard_drops_what_is_queued() -> None:
     releaser.start()
     sink.discard()  # the batch in progress finishes; the queued ones are never written
     releaser.join()
+    assert [e.seq for e in out.events] == [1]
+
+
+def test_a_batch_dropped_while_the_lease_was_invalid_stops_all_later_acknowledgements() -> None:
+    """The lease may be valid again before the engine thread looks (a suspended connection
+    whose session reconnected, a late renewal): a batch the worker dropped meanwhile must
+    not let a later flush acknowledge past it."""
+    out = GatedOutput()
+    valid = [True]
+    sink = ThreadedSink(out, FakeClock(), attempts=2, max_batches=4,
+                        may_write=lambda: valid[0])
+    sink.open(0)
+    sink.write(batch(1))  # the worker takes it and blocks in write
+    deadline = time.monotonic() + 5
+    while out.started == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sink.write(batch(2))  # queued behind it
+    valid[0] = False
+    out.gate.set()  # the worker finishes batch 1, then meets batch 2 while the lease is invalid
+    while sink._queue.qsize() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    valid[0] = True  # valid again before the engine thread looked
+    with pytest.raises(LeadershipLost):
+        sink.write(batch(3))
+        sink.sync()
+    with pytest.raises(LeadershipLost):
+        sink.acknowledged()
     assert [e.seq for e in out.events] == [1]
 
 
