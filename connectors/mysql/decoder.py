@@ -186,14 +186,31 @@ class BinlogDecoder:
         self.key_columns_of = key_columns_of
         self.column_types_of = column_types_of or (lambda table: {})
         self._plans: dict[tuple[Any, ...], TablePlan | None] = {}
+        self._signatures: dict[int, tuple[Any, tuple[Any, ...]]] = {}
+        self._known: set[tuple[str, str]] = set()  # tables seen in table maps
 
     def captured(self, table: TableId) -> bool:
         return table != self.watermark_table and catalog.matches(table, self.patterns)
 
+    def _signature(self, event: Any) -> tuple[Any, ...]:
+        """The table and every column's table-map metadata (type, signedness, lengths,
+        precision, fractional digits, collation, ENUM/SET labels, ...): a table map that
+        differs in any of them is another table version and gets its own plan. Memoised per
+        column list (mysql-replication keeps one per table id)."""
+        columns = event.columns
+        memo = self._signatures.get(id(columns))
+        if memo is not None and memo[0] is columns:
+            return memo[1]
+        signature = (event.schema, event.table, *(_column_metadata(c) for c in columns))
+        if len(self._signatures) >= 4096:
+            self._signatures.clear()
+        self._signatures[id(columns)] = (columns, signature)
+        self._known.add((event.schema, event.table))
+        return signature
+
     def _plan(self, event: Any) -> TablePlan | None:
         columns = event.columns
-        signature = (event.schema, event.table, *((c.name, c.type, getattr(
-            c, "collation_name", None)) for c in columns))
+        signature = self._signature(event)
         plan = self._plans.get(signature, self)
         if plan is self:
             table = TableId(event.schema, event.table)
@@ -280,20 +297,44 @@ class BinlogDecoder:
         cached key columns of those tables are refreshed."""
         op, tables = parse_ddl(query, schema)
         out: list[LogItem] = []
-        for table in tables:
+        for table in self._as_logged(tables):
             if not self.captured(table):
                 continue
             if op is Op.SCHEMA:
                 self._plans = {s: p for s, p in self._plans.items() if s[:2] != (
                     table.schema, table.name)}
+                self._signatures.clear()
                 self.key_columns_of(table, True)
             out.append(ChangeEvent(op, table, position=position, txid=txid, commit_ts=ts))
         return out
+
+    def _as_logged(self, tables: Sequence[TableId]) -> list[TableId]:
+        """The tables a DDL names, plus each table seen in the log whose name differs only
+        in letter case (lower_case_table_names=1 stores and logs names in lower case; a DDL is
+        logged as written). On a case-sensitive server the extra table only gets a harmless
+        schema-change event (its chunk is read again)."""
+        out = list(tables)
+        for table in tables:
+            folded = (table.schema.lower(), table.name.lower())
+            out += [TableId(s, n) for s, n in sorted(self._known)
+                    if (s.lower(), n.lower()) == folded and TableId(s, n) not in out]
+        return out
+
+
+def _column_metadata(column: Any) -> tuple[Any, ...]:
+    """A column's table-map metadata as a hashable tuple (mysql-replication's Column keeps
+    it as attributes; ``character_set_name`` is left out: the legacy path renames it)."""
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
+                        for k, v in vars(column).items()
+                        if not k.startswith("_") and k != "character_set_name"))
 
 
 _NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)"
 _QUALIFIED = rf"{_NAME}(?:\s*\.\s*{_NAME})?"
 _COMMENTS = re.compile(r"/\*.*?\*/|#[^\n]*|--\s[^\n]*", re.S)
+# MariaDB logs ``SET STATEMENT var=value[, ...] FOR <statement>`` verbatim
+_SET_STATEMENT = re.compile(r"^SET\s+STATEMENT\s+(?:'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\""
+                            r"|`(?:[^`]|``)*`|[^'\"`])*?\sFOR\s+", re.I | re.S)
 _FORMS = [
     (Op.TRUNCATE, re.compile(rf"^TRUNCATE\s+(?:TABLE\s+)?({_QUALIFIED})", re.I)),
     (Op.SCHEMA, re.compile(rf"^(?:ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE|CREATE\s+(?:OR\s+"
@@ -309,6 +350,7 @@ _FORMS = [
 def parse_ddl(query: str, schema: str) -> tuple[Op, list[TableId]]:
     """The tables a DDL statement changes (``schema``: the statement's default database)."""
     text = _COMMENTS.sub(" ", query).strip()
+    text = _SET_STATEMENT.sub("", text, count=1)
     for op, form in _FORMS:
         match = form.match(text)
         if match:
