@@ -109,8 +109,12 @@ class ZooKeeperElection:
         self.lease.lose()
         try:
             with classified("resigning"):
-                if self._owned():
+                owned = self._owned()
+                if owned:
                     self.client.delete(self.paths.leader)
+            if owned is None:
+                log.warning("could not resign cleanly (not connected to ZooKeeper); the "
+                            "session expiry will")
         except DblogError as exc:
             log.warning("could not resign cleanly (%s); the session expiry will", exc)
 
@@ -131,27 +135,46 @@ class ZooKeeperElection:
                 log.warning("ZooKeeper session lost: leadership is over")
             self.lease.lose()
 
-    def _owned(self) -> bool:
+    def _session_id(self) -> int | None:
+        """This client's session id; None while the connection is not live (kazoo's
+        ``client_id`` is None then)."""
+        client_id = self.client.client_id
+        return None if client_id is None else int(client_id[0])
+
+    def _owned(self) -> bool | None:
+        """Whether this session owns the leader znode; None when that cannot be told (not
+        connected). The session id is read before the znode, so a connection that drops
+        while the read is answered still compares against this session."""
+        session = self._session_id()
+        if session is None:
+            return None
         try:
             _, stat = self.client.get(self.paths.leader)
         except NoNodeError:
             return False
-        return bool(stat.ephemeralOwner == self.client.client_id[0])
+        return bool(stat.ephemeralOwner == session)
 
     def _renew_loop(self) -> None:
         interval = self.session_timeout_s / 8
         while not self._closed.wait(interval):
-            state = self.lease.state
-            if state not in (LeaseState.LEADER, LeaseState.SUSPENDED):
-                continue
-            if self.client.state != KazooState.CONNECTED:
-                continue
-            sent_at = self.clock.monotonic()
             try:
-                owned = self._owned()
-            except (KazooException, KazooTimeoutError) as exc:
-                log.debug("lease renewal failed: %s", exc)
-                continue
+                self._renew_once()
+            except Exception:  # never let the renewer die: the lease would never renew again
+                log.exception("lease renewal failed unexpectedly; retrying")
+
+    def _renew_once(self) -> None:
+        state = self.lease.state
+        if state not in (LeaseState.LEADER, LeaseState.SUSPENDED):
+            return
+        if self.client.state != KazooState.CONNECTED:
+            return
+        sent_at = self.clock.monotonic()
+        try:
+            owned = self._owned()
+        except (KazooException, KazooTimeoutError) as exc:
+            log.debug("lease renewal failed: %s", exc)
+            return
+        if owned is not None:
             self._apply_renewal(state, owned, sent_at)
 
     def _apply_renewal(self, state: LeaseState, owned: bool, sent_at: float) -> None:
