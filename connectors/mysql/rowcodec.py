@@ -43,7 +43,7 @@ except ImportError:  # not built (no C compiler at install): the generated decod
 COMPILED = _rowimage is not None
 
 Image = dict[str, Any]
-Decode = Callable[[bytes, int], tuple[Image, int]]
+Decode = Callable[[bytes, int, int], tuple[Image, int]]
 _STRUCT_CODES = {(1, False): "b", (1, True): "B", (2, False): "h", (2, True): "H",
                  (3, False): "", (4, False): "i", (4, True): "I", (8, False): "q",
                  (8, True): "Q"}
@@ -81,7 +81,8 @@ def _convert_fixed(size: int, convert: Callable[[bytes, int], Any]) -> Callable[
 
     def code(i: int, env: dict[str, Any]) -> list[str]:
         env[f"c{i}"] = convert
-        return [f"v{i} = c{i}(buf, pos)", f"pos += {size}"]
+        return [f"if pos + {size} > end: short(pos)", f"v{i} = c{i}(buf, pos)",
+                f"pos += {size}"]
 
     return code
 
@@ -96,8 +97,8 @@ def _length_prefixed(width: int, convert: Callable[[bytes], Any]) -> Callable[
             size = "buf[pos] | buf[pos + 1] << 8"
         else:
             size = f"int.from_bytes(buf[pos:pos + {width}], 'little')"
-        return [f"n = {size}", f"pos += {width}", f"v{i} = c{i}(buf[pos:pos + n])",
-                "pos += n"]
+        return [f"if pos + {width} > end: short(pos)", f"n = {size}", f"pos += {width}",
+                "if pos + n > end: short(pos)", f"v{i} = c{i}(buf[pos:pos + n])", "pos += n"]
 
     return code
 
@@ -137,7 +138,7 @@ def _column(column: Any, flavor: Flavor, declared: str | None) -> Column | None:
 
 def _source(columns: Sequence[Column], nulls: Sequence[bool], env: dict[str, Any]) -> str:
     """The body of one image decoder: runs of fixed-width numbers in one ``unpack_from``."""
-    lines = ["def decode(buf, pos):"]
+    lines = ["def decode(buf, pos, end):"]
     run: list[int] = []
 
     def flush() -> None:
@@ -146,6 +147,7 @@ def _source(columns: Sequence[Column], nulls: Sequence[bool], env: dict[str, Any
         fmt = struct.Struct("<" + "".join(columns[i].fixed or "" for i in run))
         env[f"s{run[0]}"] = fmt
         names = ", ".join(f"v{i}" for i in run)
+        lines.append(f"    if pos + {fmt.size} > end: short(pos)")
         lines.append(f"    ({names},) = s{run[0]}.unpack_from(buf, pos)")
         lines.append(f"    pos += {fmt.size}")
         for i in run:
@@ -183,7 +185,7 @@ class RowCodec:
 
     def _compile(self, bitmap: bytes) -> Decode:
         nulls = [bool(bitmap[i >> 3] >> (i & 7) & 1) for i in range(self.count)]
-        env: dict[str, Any] = {"f32": bf.float32}
+        env: dict[str, Any] = {"f32": bf.float32, "short": _short}
         exec(_source(self.columns, nulls, env), env)  # generated code: see the docstring
         decode: Decode = env["decode"]
         if len(self._by_nulls) >= _PATTERNS_KEPT:
@@ -217,11 +219,18 @@ class RowCodec:
         size, by_nulls = self.bitmap_size, self._by_nulls
         out: list[Image] = []
         while pos < end:
+            if pos + size > end:
+                _short(pos)
             bitmap = data[pos:pos + size]
             decode = by_nulls.get(bitmap) or self._compile(bitmap)
-            image, pos = decode(data, pos + size)
+            image, pos = decode(data, pos + size, end)
             out.append(image)
         return out
+
+
+def _short(pos: int) -> None:
+    """A row image that runs past ``end``: the compiled decoder's error."""
+    raise ValueError(f"row image runs past the end of its event at byte {pos}")
 
 
 def codec_for(columns: Sequence[Any], flavor: Flavor, declared: dict[str, str],
