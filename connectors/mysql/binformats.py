@@ -256,13 +256,24 @@ def _utf8(raw: bytes) -> str:
 
 UTF8: Prefixed = _utf8  # the compiled decoder decodes these columns itself
 
+# MySQL's latin1 is cp1252 with the five bytes cp1252 leaves undefined (0x81, 0x8D, 0x8F, 0x90,
+# 0x9D) mapped to U+0081 etc., as the server converts them on the dump path
+_LATIN1 = "".join(bytes([b]).decode("cp1252", "ignore") or chr(b) for b in range(256))
+
+
+def _latin1(raw: bytes) -> str:
+    return codecs.charmap_decode(raw, "strict", _LATIN1)[0]
+
 
 def _text(codec: str) -> Prefixed:
     try:
-        if codecs.lookup(codec).name == "utf-8":
-            return UTF8
+        name = codecs.lookup(codec).name
     except LookupError:
-        pass  # fails as before, when a value is decoded
+        name = ""  # fails as before, when a value is decoded
+    if name == "utf-8":
+        return UTF8
+    if name == "cp1252":  # PyMySQL's codec of MySQL's latin1
+        return _latin1
 
     def read(raw: bytes) -> str:
         return raw.decode(codec)
