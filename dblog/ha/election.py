@@ -163,7 +163,7 @@ class ZooKeeperElection:
                 log.exception("lease renewal failed unexpectedly; retrying")
 
     def _renew_once(self) -> None:
-        state = self.lease.state
+        state, term = self.lease.snapshot()
         if state not in (LeaseState.LEADER, LeaseState.SUSPENDED):
             return
         if self.client.state != KazooState.CONNECTED:
@@ -175,18 +175,22 @@ class ZooKeeperElection:
             log.debug("lease renewal failed: %s", exc)
             return
         if owned is not None:
-            self._apply_renewal(state, owned, sent_at)
+            self._apply_renewal(state, term, owned, sent_at)
 
-    def _apply_renewal(self, state: LeaseState, owned: bool, sent_at: float) -> None:
-        if state is LeaseState.SUSPENDED:
-            self.lease.reconnected(owned, sent_at)
+    def _apply_renewal(self, state: LeaseState, term: int, owned: bool, sent_at: float) -> None:
+        """Apply the answer of a renewal made in the term of epoch ``term``; the lease ignores
+        it when another term has begun meanwhile."""
+        if self.lease.epoch != term:
+            log.debug("ignoring a lease renewal of epoch %d (now %d)", term, self.lease.epoch)
+        elif state is LeaseState.SUSPENDED:
+            self.lease.reconnected(owned, sent_at, epoch=term)
             log.warning("ZooKeeper reconnected: leadership %s",
                         "kept" if owned else "lost")
         elif owned:
-            self.lease.renew(sent_at)
+            self.lease.renew(sent_at, epoch=term)
         else:
             log.warning("the leader znode is no longer ours: leadership is over")
-            self.lease.lose()
+            self.lease.lose(epoch=term)
 
 
 def read_leader(client: KazooClient, paths: ZkPaths) -> dict[str, Any] | None:

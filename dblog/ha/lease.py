@@ -53,10 +53,20 @@ class Lease:
         with self._lock:
             self._state, self._epoch, self._renewed_at = LeaseState.LEADER, epoch, sent_at
 
-    def renew(self, sent_at: float) -> None:
+    def snapshot(self) -> tuple[LeaseState, int]:
+        """The state and the epoch of the term, read together (a renewal is tagged with
+        them, so that its answer is applied only to the term it was made for)."""
+        with self._lock:
+            return self._state, self._epoch
+
+    def _term(self, epoch: int | None) -> bool:
+        """Whether an answer tagged with ``epoch`` (None: untagged) is about this term."""
+        return epoch is None or epoch == self._epoch
+
+    def renew(self, sent_at: float, epoch: int | None = None) -> None:
         """A round trip sent at ``sent_at`` confirmed the leader znode is still ours."""
         with self._lock:
-            if self._state is LeaseState.LEADER:
+            if self._state is LeaseState.LEADER and self._term(epoch):
                 self._renewed_at = max(self._renewed_at, sent_at)
 
     def suspend(self) -> None:
@@ -65,20 +75,22 @@ class Lease:
             if self._state is LeaseState.LEADER:
                 self._state = LeaseState.SUSPENDED
 
-    def reconnected(self, still_owner: bool, sent_at: float) -> None:
+    def reconnected(self, still_owner: bool, sent_at: float, epoch: int | None = None) -> None:
         """The same session is connected again; ``still_owner``: the znode is still ours."""
         with self._lock:
-            if self._state is not LeaseState.SUSPENDED:
+            if self._state is not LeaseState.SUSPENDED or not self._term(epoch):
                 return
             if still_owner:
                 self._state, self._renewed_at = LeaseState.LEADER, sent_at
             else:
                 self._state = LeaseState.LOST
 
-    def lose(self) -> None:
-        """The session expired or the znode is gone: leadership is over."""
+    def lose(self, epoch: int | None = None) -> None:
+        """The session expired or the znode is gone: leadership is over. With ``epoch``,
+        only if that is still the term's epoch (a renewal made for an earlier term that
+        answers after a new term began changes nothing)."""
         with self._lock:
-            if self._state in (LeaseState.LEADER, LeaseState.SUSPENDED):
+            if self._state in (LeaseState.LEADER, LeaseState.SUSPENDED) and self._term(epoch):
                 self._state = LeaseState.LOST
 
     def reset(self) -> None:

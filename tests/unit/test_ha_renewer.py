@@ -4,6 +4,7 @@ dies, and a renewal that finishes after the term it was made for changes nothing
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
@@ -11,6 +12,7 @@ from typing import Any, cast
 
 import pytest
 from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import NoNodeError
 
 from dblog.ha.election import ZooKeeperElection
 from dblog.ha.lease import LeaseState
@@ -117,3 +119,42 @@ def test_resign_deletes_the_znode_it_owns(stub: StubClient,
     election.lease.acquire(1, SystemClock().monotonic())
     election.resign()
     assert stub.deleted == ["/x/leader"]
+
+
+def test_a_renewal_from_an_earlier_term_does_not_end_the_next_one(
+        stub: StubClient, election: ZooKeeperElection) -> None:
+    """Term 1's renewal reads the znode gone; meanwhile term 1 ended and term 2 began. Its
+    answer ("not ours") is about term 1 and must not depose term 2."""
+    new_term = threading.Event()
+
+    def term_changes_during_the_read() -> None:
+        if stub.gets == 1:
+            election.lease.lose()
+            election.lease.reset()
+            election.lease.acquire(2, SystemClock().monotonic())
+            new_term.set()
+            raise NoNodeError()
+
+    stub.on_get = term_changes_during_the_read
+    election.lease.acquire(1, SystemClock().monotonic())
+    assert new_term.wait(3)
+    assert wait_for(lambda: stub.gets >= 3)
+    assert election.lease.state is LeaseState.LEADER
+    assert election.lease.epoch == 2 and election.is_leader()
+
+
+def test_the_lease_ignores_answers_tagged_with_another_term() -> None:
+    from dblog.ha.lease import Lease
+    from dblog.testing import FakeClock
+
+    clock = FakeClock()
+    lease = Lease(clock, duration_s=5.0)
+    lease.acquire(2, clock.monotonic())
+    lease.lose(epoch=1)
+    assert lease.snapshot() == (LeaseState.LEADER, 2)
+    lease.suspend()
+    lease.reconnected(False, clock.monotonic(), epoch=1)
+    assert lease.state is LeaseState.SUSPENDED
+    lease.reconnected(True, clock.monotonic(), epoch=2)
+    lease.lose(epoch=2)
+    assert lease.snapshot() == (LeaseState.LOST, 2)
