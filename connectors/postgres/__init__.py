@@ -98,8 +98,9 @@ class PostgresConnector:
         self.watermark_table = TableId.parse(self.config.watermark_table)
         self.key_columns = {TableId.parse(t): tuple(c) for t, c in self.config.key_columns.items()}
         self._catalog: psycopg.Connection | None = None
-        self._columns: dict[TableId, tuple[str, ...]] = {}
-        self._toast_shapes: dict[TableId, catalog.ToastShape] = {}
+        self._columns: dict[TableId, tuple[str, ...] | None] = {}
+        self._toast_shapes: dict[TableId, catalog.ToastShape | None] = {}
+        self._gone: set[TableId] = set()
 
     @classmethod
     def from_config(cls, raw: dict[str, Any], instance: str) -> PostgresConnector:
@@ -162,15 +163,31 @@ class PostgresConnector:
         except psycopg.Error as exc:
             raise classify(exc, "preparing the source") from exc
 
-    def _columns_of(self, table: TableId, fresh: bool) -> tuple[str, ...]:
+    def _columns_of(self, table: TableId, fresh: bool) -> tuple[str, ...] | None:
+        """The table's columns, cached unless ``fresh``. A table the catalog no longer has
+        (dropped or renamed after its changes were logged) keeps the columns last known of it:
+        None when it was never seen, and the log path emits its rows as logged."""
         if fresh or table not in self._columns:
-            self._columns[table] = catalog.column_names(self._conn(), table)
+            found = catalog.column_names(self._conn(), table)
+            if found is None:
+                self._warn_gone(table)
+            self._columns[table] = found if found is not None else self._columns.get(table)
         return self._columns[table]
 
-    def _toast_shape_of(self, table: TableId, fresh: bool) -> catalog.ToastShape:
+    def _toast_shape_of(self, table: TableId, fresh: bool) -> catalog.ToastShape | None:
         if fresh or table not in self._toast_shapes:
-            self._toast_shapes[table] = catalog.toast_shape(self._conn(), table)
+            found = catalog.toast_shape(self._conn(), table)
+            self._toast_shapes[table] = found if found is not None else \
+                self._toast_shapes.get(table)
         return self._toast_shapes[table]
+
+    def _warn_gone(self, table: TableId) -> None:
+        if table not in self._gone:
+            self._gone.add(table)
+            log.warning("%s is in the log but no longer in the catalog (dropped or renamed "
+                        "since its changes were logged): its changes are emitted as logged; "
+                        "an update's unchanged TOAST values are reported only for columns "
+                        "known of it before", table)
 
     def log_reader(self) -> PostgresLogReader:
         decoder = Wal2JsonDecoder(self.instance, self.watermark_table, self._columns_of,

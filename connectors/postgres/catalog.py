@@ -97,8 +97,18 @@ SELECT c.relreplident = 'f',
                 '{}')
 FROM pg_class c
 LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-WHERE c.oid = %s::regclass
+WHERE c.oid = to_regclass(%s)
 GROUP BY c.relreplident
+"""
+
+# to_regclass: NULL, not an error, for a relation (or schema) that is gone
+LOG_COLUMNS_SQL = """
+SELECT c.oid IS NOT NULL,
+       coalesce(array_agg(a.attname::text ORDER BY a.attnum) FILTER (WHERE a.attnum IS NOT NULL),
+                '{}')
+FROM (SELECT to_regclass(%s) AS oid) c
+LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+GROUP BY c.oid
 """
 
 
@@ -116,20 +126,23 @@ class ToastShape:
     toastable: frozenset[str]
 
 
-def toast_shape(conn: psycopg.Connection, table: TableId) -> ToastShape:
+def toast_shape(conn: psycopg.Connection, table: TableId) -> ToastShape | None:
+    """None when no relation has that name now (dropped or renamed since it was logged)."""
     try:
         row = conn.execute(TOAST_SHAPE_SQL, (regclass(table),)).fetchone()
     except psycopg.Error as exc:
         raise classify(exc, f"reading the columns of {table}") from exc
-    return ToastShape(False, frozenset()) if row is None else \
-        ToastShape(bool(row[0]), frozenset(row[1]))
+    return None if row is None else ToastShape(bool(row[0]), frozenset(row[1]))
 
 
-def column_names(conn: psycopg.Connection, table: TableId) -> tuple[str, ...]:
+def column_names(conn: psycopg.Connection, table: TableId) -> tuple[str, ...] | None:
+    """The columns a relation of that name has now; None when there is none (the log path
+    asks for tables that may have been dropped or renamed since their changes were logged)."""
     try:
-        return tuple(r[0] for r in conn.execute(COLUMNS_SQL, (regclass(table),)).fetchall())
+        row = conn.execute(LOG_COLUMNS_SQL, (regclass(table),)).fetchone()
     except psycopg.Error as exc:
         raise classify(exc, f"reading the columns of {table}") from exc
+    return tuple(row[1]) if row is not None and row[0] else None
 
 
 def unique_key_columns(conn: psycopg.Connection, table: TableId) -> tuple[str, ...] | None:

@@ -110,8 +110,9 @@ def _key_getter(columns: tuple[str, ...]) -> Callable[[Row], Key]:
 class Wal2JsonDecoder:
     """Turns one wal2json v2 message into a log item.
 
-    ``columns_of(table, fresh)`` gives a table's column names (``fresh``: bypass caches); an
-    update that lacks some of them
+    ``columns_of(table, fresh)`` gives a table's column names (``fresh``: bypass caches; None:
+    the catalog does not know the table, so its rows are emitted as logged); an update that
+    lacks some of them
     carries unchanged TOAST values, which are completed from the old tuple when the table has
     REPLICA IDENTITY FULL and otherwise listed in ``ChangeEvent.unchanged``.
     """
@@ -120,9 +121,9 @@ class Wal2JsonDecoder:
         self,
         instance: str,
         watermark_table: TableId,
-        columns_of: Callable[[TableId, bool], tuple[str, ...]],
+        columns_of: Callable[[TableId, bool], tuple[str, ...] | None],
         key_columns: Mapping[TableId, tuple[str, ...]] | None = None,
-        toast_shape_of: Callable[[TableId, bool], ToastShape] | None = None,
+        toast_shape_of: Callable[[TableId, bool], ToastShape | None] | None = None,
     ) -> None:
         self.instance = instance
         self.watermark_table = watermark_table
@@ -242,18 +243,17 @@ class Wal2JsonDecoder:
         The columns are today's; the update may have been logged before a column was added
         (a backlog, or a log read behind the ALTER). A column that cannot hold a TOAST value,
         or one missing from a REPLICA IDENTITY FULL old tuple too, did not exist yet: it is
-        left out, not reported unchanged (:class:`~.catalog.ToastShape`)."""
-        columns = frozenset(self.columns_of(meta.table, False))
-        fresh = False
-        if (not after.keys() <= columns or len(after) < len(meta.columns)) and \
-                meta.reread_for != after.keys():
-            columns = frozenset(self.columns_of(meta.table, True))  # the table changed: DDL
-            meta.reread_for, fresh = frozenset(after), True
-        meta.columns = columns
+        left out, not reported unchanged (:class:`~.catalog.ToastShape`). A table the catalog
+        does not know (dropped or renamed since; ``columns_of`` gives None) has nothing to
+        compare with: its row is emitted as logged, no column reported unchanged."""
+        names, fresh = self._catalog_columns(meta, after)
+        meta.columns = frozenset(names or ())
+        if names is None:
+            return ()
         shape = None if self.toast_shape_of is None else self.toast_shape_of(meta.table, fresh)
         full_old_row = shape is not None and shape.full_identity and identity is not None
         still: list[str] = []
-        for column in self.columns_of(meta.table, False):
+        for column in names:
             if column in after:
                 continue
             if identity is not None and column in identity:
@@ -261,6 +261,18 @@ class Wal2JsonDecoder:
             elif shape is None or (not full_old_row and column in shape.toastable):
                 still.append(column)
         return tuple(still)
+
+    def _catalog_columns(self, meta: _TableMeta, after: Row
+                         ) -> tuple[tuple[str, ...] | None, bool]:
+        """The table's columns, read again (``True``) when the update shows a column set that
+        does not fit the cached ones and that has not made them be read already."""
+        names = self.columns_of(meta.table, False)
+        columns = frozenset(names or ())
+        if (not after.keys() <= columns or len(after) < len(meta.columns)) and \
+                meta.reread_for != after.keys():
+            meta.reread_for = frozenset(after)  # the table changed: DDL
+            return self.columns_of(meta.table, True), True
+        return names, False
 
 
 def _key(meta: _TableMeta, image: Row | None) -> Key | None:
