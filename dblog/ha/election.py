@@ -84,6 +84,8 @@ class ZooKeeperElection:
         tx.create(self.paths.leader, json.dumps(info).encode(), ephemeral=True)
         tx.set_data(self.paths.epoch, str(epoch).encode(), version=stat.version)
         results = tx.commit()
+        if isinstance(results[0], NodeExistsError):
+            return self._claim_own_znode()
         if any(isinstance(r, (NodeExistsError, BadVersionError)) for r in results):
             return None
         failure = next((r for r in results if isinstance(r, Exception)), None)
@@ -94,12 +96,33 @@ class ZooKeeperElection:
                  epoch)
         return epoch
 
+    def _claim_own_znode(self) -> int | None:
+        """The ``leader`` znode exists. It is this session's own when an earlier election
+        transaction was applied but its reply was lost (kazoo raised ConnectionLoss and the
+        same session reconnected): then this candidate won, with the epoch in the znode."""
+        session = self._session_id()
+        sent_at = self.clock.monotonic()
+        try:
+            raw, stat = self.client.get(self.paths.leader)
+        except NoNodeError:
+            return None
+        if session is None or stat.ephemeralOwner != session:
+            return None
+        epoch = int(json.loads(raw.decode("utf-8"))["epoch"])
+        self.lease.acquire(epoch, sent_at)
+        log.info("%s elected leader of %s with epoch %d (the leader znode is this session's "
+                 "own: the reply to its election was lost)", self.instance_id,
+                 self.paths.base, epoch)
+        return epoch
+
     def _wait_for_vacancy(self, stop: threading.Event) -> None:
         """Wait for the leader znode to go, at most a second: a watch set by a session that
         expires meanwhile never fires, so the campaign loop looks again regularly."""
         gone = threading.Event()
-        if self.client.exists(self.paths.leader, watch=lambda _event: gone.set()) is None:
-            return
+        session = self._session_id()
+        stat = self.client.exists(self.paths.leader, watch=lambda _event: gone.set())
+        if stat is None or (session is not None and stat.ephemeralOwner == session):
+            return  # vacant, or this session's own (the campaign loop claims it)
         deadline = self.clock.monotonic() + 1.0
         while not gone.is_set() and not stop.is_set() and self.clock.monotonic() < deadline:
             gone.wait(0.1)
