@@ -27,6 +27,7 @@ from typing import Any
 import pymysql
 
 from dblog.core.model import Op
+from dblog.errors import FatalSourceError
 
 from .errors import StreamLost
 
@@ -40,6 +41,15 @@ XidSink = Callable[[int], None]  # the log position after the committed transact
 _OURS = frozenset({_TABLE_MAP, _ROTATE, _MARIADB_GTID, _XID})
 HELD = 1024  # decoded rows that may wait before mysql-replication is handed a stand-in
 _LOST = frozenset({2006, 2013})
+# events that carry rows or statements mysql-replication cannot read (it would skip them):
+# MariaDB's compressed query and row events, MySQL's partial JSON updates and compressed
+# transaction payloads; each with the setting that makes the server write them
+_UNREADABLE = {**{kind: ("a compressed event", "log_bin_compress = OFF", "log_bin_compress=OFF")
+                  for kind in range(0xA5, 0xAC)},
+               0x27: ("a partial JSON update", "binlog_row_value_options = ''",
+                      "binlog_row_value_options="),
+               0x28: ("a compressed transaction", "binlog_transaction_compression = OFF",
+                      "binlog_transaction_compression=OFF")}
 
 
 _MAX_PACKET = 0xFFFFFF  # a payload this long continues in the next packet
@@ -120,7 +130,7 @@ class FastPath:
             return False
         timestamp, kind, server_id, size, log_pos, _ = _HEADER.unpack_from(data)
         if size != len(data) - 1 or (kind not in _ROWS and kind not in _OURS):
-            return False  # not a binlog event (a reply on the stream connection), or not ours
+            return size == len(data) - 1 and _not_ours(kind)  # a reply, or not ours
         if self.checksum is None:
             self.checksum = 4 if self._checksum_of() else 0
         if kind == _ROTATE:
@@ -184,6 +194,19 @@ class FastPath:
         checksum = self.checksum or 0
         return _HEADER.pack(timestamp, _HEARTBEAT, server_id, 19 + checksum, log_pos, 0) + bytes(
             checksum)
+
+
+def _not_ours(kind: int) -> bool:
+    """False: mysql-replication reads the event; an event nobody can read stops the stream."""
+    if kind not in _UNREADABLE:
+        return False
+    what, statement, setting = _UNREADABLE[kind]
+    raise FatalSourceError(
+        f"the binlog holds {what} (event type {kind}), which the connector cannot read: its "
+        "changes would be lost",
+        fix=f"SET GLOBAL {statement}; and set {setting} in my.cnf [mysqld]; the binlog "
+            "already written keeps such events, so remove the pipeline's state and request a "
+            "full dump to start over")
 
 
 class GuardedConnection(pymysql.connections.Connection):  # type: ignore[misc]

@@ -22,7 +22,8 @@ _CONF = "in my.cnf [mysqld] (then restart), or SET PERSIST on MySQL 8"
 def _variables(conn: Any) -> dict[str, str]:
     rows = query(conn, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', "
                  "'binlog_format', 'binlog_row_image', 'binlog_row_metadata', 'server_id', "
-                 "'gtid_mode')", doing="reading the server settings")
+                 "'gtid_mode', 'log_bin_compress', 'binlog_transaction_compression')",
+                 doing="reading the server settings")
     return {str(k).lower(): str(v) for k, v in rows}
 
 
@@ -42,6 +43,19 @@ def check_binlog(settings: dict[str, str]) -> list[Finding]:
             findings.append(Finding(
                 "error", f"{name} is {actual}, the binlog connector needs {value}",
                 f"SET GLOBAL {name} = '{value}'; and set {name}={value} {_CONF}"))
+    return findings + _compression(settings)
+
+
+def _compression(settings: dict[str, str]) -> list[Finding]:
+    """MariaDB's compressed events and MySQL's compressed transaction payloads are events the
+    binlog library cannot read: the stream would stop on them (fastpath.py)."""
+    findings = []
+    for name in ("log_bin_compress", "binlog_transaction_compression"):
+        if settings.get(name, "OFF").upper() == "ON":
+            findings.append(Finding(
+                "error", f"{name}=ON: the server writes compressed binlog events, which the "
+                "binlog connector cannot read", f"SET GLOBAL {name} = OFF; and set {name}=OFF "
+                f"{_CONF}"))
     return findings
 
 
