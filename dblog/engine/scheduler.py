@@ -42,10 +42,12 @@ from dblog.core.window import (
 from dblog.engine.jobs import READ_AHEAD_DEPTH, ChunkJob, JobSpec, Runner, following
 from dblog.engine.outlet import OpenChunk, Outlet, log_skipped
 from dblog.engine.settings import EngineSettings, Knobs
-from dblog.errors import DblogError, DumpRequestError, FatalSourceError
-from dblog.spi import Chunk, ChunkReader, Clock, KeyListParser
+from dblog.errors import DblogError, DumpRequestError, FatalSourceError, TableChanged
+from dblog.spi import Chunk, ChunkReader, Clock, ForgettingChunkReader, KeyListParser
 
 log = logging.getLogger("dblog.engine")
+
+TABLE_CHANGES_RETRIED = 3  # chunks of a dump in a row read again after TableChanged
 
 
 class DumpScheduler:
@@ -66,6 +68,7 @@ class DumpScheduler:
         """The mean encoded size of each table's rows, learned from its chunks."""
         self.next_chunk_at = 0.0
         self.jobs_this_turn = 0
+        self.table_changes: dict[str, int] = {}  # per dump, reset by a chunk read
 
     # -- the loop's calls ---------------------------------------------------------------------
 
@@ -177,9 +180,7 @@ class DumpScheduler:
             raise DumpRequestError(f"no dump with id {dump_id!r}")
         if dump.state in (DumpState.DONE, DumpState.CANCELLED, DumpState.FAILED):
             raise DumpRequestError(f"dump {dump_id} is already {dump.state.value}")
-        if self.open is not None and self.open.plan.dump_id == dump_id:
-            self.open = None  # the window's rows are never emitted; progress stays before it
-        self._drop_jobs(dump_id)
+        self._drop_dump_reads(dump_id)  # progress stays before the open window
         self._set_live(dumpops.set_state(dump, state))
 
     def table_info(self, table: TableId) -> TableInfo:
@@ -211,7 +212,7 @@ class DumpScheduler:
             else:
                 self._open_chunk(plan)
         except Exception as exc:
-            self._fail_dump(dump.id, exc)
+            self._step_failed(dump.id, plan.table, exc)
 
     def _start_table(self, dump: Dump, table: TableId) -> None:
         info = self.table_info(table)
@@ -272,6 +273,22 @@ class DumpScheduler:
             self._submit(before.table, before.dump_id, partial(following, before),
                          self.table_info(before.table))
 
+    def _step_failed(self, dump_id: str, table: TableId, exc: Exception) -> None:
+        """A dump step failed; a query that met a changed table (a column dropped or renamed
+        while dumping) is planned again with the table's metadata read afresh, a few times."""
+        changes = self.table_changes.get(dump_id, 0)
+        if not isinstance(exc, TableChanged) or changes >= TABLE_CHANGES_RETRIED:
+            self._fail_dump(dump_id, exc)
+            return
+        self.table_changes[dump_id] = changes + 1
+        log.warning("dump %s: %s changed while it was read (%s); reading it again with its "
+                    "metadata read afresh", dump_id, table, exc.message)
+        self.tables.pop(table, None)
+        if isinstance(self.chunks, ForgettingChunkReader):
+            self.chunks.forget_table(table)
+        self._drop_dump_reads(dump_id)
+        self.discarded(table, "the table's columns changed while it was read")
+
     def _fail_dump(self, dump_id: str, exc: Exception) -> None:
         """A dump step (a table's start, a chunk job) failed: the dump fails alone, with the
         reason in the state and the status, and is never run again; the log goes on. A
@@ -283,9 +300,7 @@ class DumpScheduler:
             log.error("dump %s: unexpected %s while reading", dump_id, type(exc).__name__,
                       exc_info=exc)
             exc = DumpRequestError(f"{type(exc).__name__}: {exc}")
-        self._drop_jobs(dump_id)
-        if self.open is not None and self.open.plan.dump_id == dump_id:
-            self.open = None
+        self._drop_dump_reads(dump_id)
         dump = self.live.get(dump_id)
         if dump is not None and dump.state in dumpops.ACTIVE_STATES:
             log.error("dump %s failed: %s", dump_id, exc)
@@ -296,6 +311,11 @@ class DumpScheduler:
     def skip_empty_jobs(self) -> None:
         while self.ahead and self.ahead[0].empty():
             self.ahead.popleft()
+
+    def _drop_dump_reads(self, dump_id: str) -> None:  # its open window is never emitted
+        self._drop_jobs(dump_id)
+        if self.open is not None and self.open.plan.dump_id == dump_id:
+            self.open = None
 
     def _drop_jobs(self, dump_id: str) -> None:
         """Forget the chunks read ahead for ``dump_id``: their watermarks pass as unknown
@@ -320,8 +340,9 @@ class DumpScheduler:
                 open_window(plan.table, job.low, job.high, chunk.rows, chunk.pending_txids),
                 chunk)
         except Exception as exc:
-            self._fail_dump(job.dump_id, exc)
+            self._step_failed(job.dump_id, job.table, exc)
             return
+        self.table_changes.pop(job.dump_id, None)
         width = row_bytes(chunk.rows)
         if width is not None:
             self.row_bytes[plan.table] = width

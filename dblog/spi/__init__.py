@@ -35,6 +35,7 @@ from dblog.spi.sink import (
 from dblog.spi.source import (
     Chunk,
     ChunkReader,
+    ForgettingChunkReader,
     KeyListParser,
     LocatedPosition,
     LogReader,
@@ -59,6 +60,7 @@ __all__ = [
     "EncodedBatch",
     "FencedOutput",
     "Finding",
+    "ForgettingChunkReader",
     "FreshStartAware",
     "KeyListParser",
     "LeaderElection",

@@ -98,6 +98,14 @@ class ChunkReader(Protocol):
 
 
 @runtime_checkable
+class ForgettingChunkReader(Protocol):
+    """A chunk reader that caches what it learned of a table (columns, statements): told to
+    forget it when a dump query found the table changed (:class:`dblog.errors.TableChanged`)."""
+
+    def forget_table(self, table: TableId) -> None: ...
+
+
+@runtime_checkable
 class KeyListParser(Protocol):
     """An optional ability of a chunk reader: check and parse many user-given keys at once
     (one round trip to the source for a whole request, instead of one per key). Raises
