@@ -19,14 +19,17 @@ from .db import DriverError, Endpoint, connect, query, quote
 from .errors import classify
 from .keys import parse_keys
 from .types import (
+    base_type,
     dump_converter,
     identity,
     json_expression,
-    key_param,
+    key_binder,
+    key_placeholder,
     select_expression,
 )
 
 RowDecoder = Callable[[tuple[Any, ...]], tuple[Key, Any]]
+_DATES = frozenset({"date", "datetime", "timestamp"})
 
 
 def row_decoder(info: TableInfo) -> RowDecoder:
@@ -109,7 +112,11 @@ class _Queries:
         self.info = info
         self.version = version
         types = {c.name: c.type_name for c in info.columns}
+        collations = info.extra.get("collations", {})
         self.key_types = [types[k] for k in info.key_columns]
+        self.binders = [key_binder(types[k], collations.get(k)) for k in info.key_columns]
+        # a zero date has no canonical key (types.py): such keys are refused (_check_keys)
+        self.zero_dates = any(base_type(t) in _DATES for t in self.key_types)
         table = f"{quote(info.table.schema)}.{quote(info.table.name)}"
         plain = ", ".join(select_expression(c.type_name).format(col=quote(c.name))
                           + f" AS {quote(c.name)}" for c in info.columns)
@@ -117,15 +124,16 @@ class _Queries:
         select = encoded or plain
         keys = [f"{table}.{quote(k)}" for k in info.key_columns]
         self.keys = ", ".join(keys)
-        marks = ", ".join(["%s"] * len(keys))
+        places = [key_placeholder(t) for t in self.key_types]
+        marks = ", ".join(places)
         self.base = f"SELECT {select} FROM {table}"
         if len(keys) == 1:
-            self.above, self.upto = f"{keys[0]} > %s", f"{keys[0]} <= %s"
-            self.from_ = f"{keys[0]} >= %s"
-            self.one_key = "%s"
+            self.above, self.upto = f"{keys[0]} > {marks}", f"{keys[0]} <= {marks}"
+            self.from_ = f"{keys[0]} >= {marks}"
+            self.one_key = marks
         else:  # the leading column's own bound lets the optimizer use a range on the index
-            self.above = f"{keys[0]} >= %s AND ({self.keys}) > ({marks})"
-            self.from_ = f"{keys[0]} >= %s AND ({self.keys}) >= ({marks})"
+            self.above = f"{keys[0]} >= {places[0]} AND ({self.keys}) > ({marks})"
+            self.from_ = f"{keys[0]} >= {places[0]} AND ({self.keys}) >= ({marks})"
             self.upto = f"({self.keys}) <= ({marks})"
             self.one_key = f"({marks})"
         self.order = f" ORDER BY {self.keys}"
@@ -135,7 +143,24 @@ class _Queries:
         self.decode = encoded_decoder(info) if encoded else self.decode_plain
 
     def params(self, key: Key) -> list[Any]:
-        return [key_param(t, v) for t, v in zip(self.key_types, key, strict=True)]
+        return [bind(v) for bind, v in zip(self.binders, key, strict=True)]
+
+    def check_keys(self, rows: list[Any]) -> list[Any]:
+        """The rows, unless a key holds a zero date (``0000-00-00``, ``2024-00-15``): its
+        canonical value is null, which no chunk bound or log event can tell apart from
+        another zero date, so the dump stops there rather than skip rows."""
+        if self.zero_dates and any(None in key for key, _ in rows):
+            columns = [k for k, t in zip(self.info.key_columns, self.key_types, strict=True)
+                       if base_type(t) in _DATES]
+            table = self.info.table
+            raise DumpRequestError(
+                f"a row of {table} has a zero date (or a date with a zero month or day) in "
+                f"its key column(s) {columns}: such a key has no canonical value, so the "
+                "dump cannot read past it",
+                fix=f"give those rows real dates (UPDATE {quote(table.schema)}."
+                    f"{quote(table.name)} SET ... WHERE <column> = '0000-00-00' ...), or name "
+                    "a unique, non-null key without zero dates in source.key_columns")
+        return rows
 
     def above_params(self, key: Key) -> list[Any]:
         values = self.params(key)
@@ -205,15 +230,16 @@ class MysqlChunkReader:
 
     def max_key(self, info: TableInfo) -> Key | None:
         q = self._q(info)
-        rows = self._rows(q, q.max_key, (), f"reading the maximum key of {info.table}",
-                          q.decode_plain)
+        rows = q.check_keys(self._rows(q, q.max_key, (),
+                                       f"reading the maximum key of {info.table}",
+                                       q.decode_plain))
         return rows[0][0] if rows else None
 
     def read_chunk(self, info: TableInfo, after: Key | None, upper: Key | None,
                    limit: int, inclusive: bool = False) -> Chunk:
         q = self._q(info)
         sql, params = q.chunk(after, upper, limit, inclusive)
-        return Chunk(self._rows(q, sql, params, f"reading a chunk of {info.table}"))
+        return Chunk(q.check_keys(self._rows(q, sql, params, f"reading a chunk of {info.table}")))
 
     def read_keys(self, info: TableInfo, keys: Sequence[Key]) -> Chunk:
         if not keys:

@@ -24,7 +24,15 @@ from dblog.errors import DumpRequestError
 
 from .collation import key_converter
 from .nativetypes import NATIVE_TYPES, parse_canonical
-from .types import BINARY_TYPES, TEXT_TYPES, base_type, to_datetime, to_float32, to_time
+from .types import (
+    BINARY_TYPES,
+    TEXT_TYPES,
+    base_type,
+    to_datetime,
+    to_float32,
+    to_time,
+    type_labels,
+)
 
 INT_BITS = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32,
             "bigint": 64}
@@ -32,7 +40,6 @@ _TIMESTAMP_MIN = datetime.datetime(1970, 1, 1, 0, 0, 1)
 _TIMESTAMP_MAX = datetime.datetime(2038, 1, 19, 3, 14, 7, 999999)
 _TIME_RE = re.compile(r"(-)?(\d{1,3}):([0-5]\d):([0-5]\d)(?:\.(\d{1,6}))?")
 _HEX_RE = re.compile(r"(?:[0-9a-fA-F]{2})*")
-_LABEL_RE = re.compile(r"'((?:[^']|'')*)'")
 _FLOAT_MAX = 3.4028234663852886e38
 _MAX_DECIMAL_DIGITS = 65
 KEY_FIX = ("give each key value as the column holds it: integers within the column's range, "
@@ -149,13 +156,8 @@ def parse_binary(column_type: str, value: Any) -> str:
     return raw.hex()
 
 
-def _labels(column_type: str) -> list[str]:
-    inside = column_type.partition("(")[2].rpartition(")")[0]
-    return [m.replace("''", "'") for m in _LABEL_RE.findall(inside)]
-
-
 def parse_enum(column_type: str, value: Any) -> str:
-    labels = _labels(column_type)
+    labels = type_labels(column_type)
     if not isinstance(value, str):
         raise Refused("not a string (give the label)")
     folded = {label.casefold(): label for label in labels}
@@ -165,7 +167,7 @@ def parse_enum(column_type: str, value: Any) -> str:
 
 
 def parse_set(column_type: str, value: Any) -> str:
-    labels = _labels(column_type)
+    labels = type_labels(column_type)
     if not isinstance(value, str):
         raise Refused("not a string (give the labels joined by commas)")
     folded = {label.casefold(): i for i, label in enumerate(labels)}

@@ -39,11 +39,15 @@ and are null on both paths. Any other column type is refused at start and by ``d
 from __future__ import annotations
 
 import datetime
+import re
 import struct
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
+from dblog.errors import TableChanged
+
+from .collation import normaliser
 from .nativetypes import NATIVE_TYPES, SPATIAL_TYPES
 
 Converter = Callable[[Any], Any]
@@ -57,6 +61,7 @@ SUPPORTED_TYPES = (INT_TYPES | TEXT_TYPES | BINARY_TYPES | TEMPORAL_TYPES | NATI
                                       "json", "enum", "set"})
 _EPOCH = datetime.datetime(1970, 1, 1)
 _F32 = struct.Struct("<f")
+_LABEL_RE = re.compile(r"'((?:[^']|'')*)'")
 
 
 def identity(value: Any) -> Any:
@@ -206,13 +211,49 @@ def select_expression(column_type: str) -> str:
 
 
 def key_param(column_type: str, value: Any) -> Any:
-    """A canonical key value as a query parameter."""
+    """A canonical key value as a query parameter (ENUM and SET: see :func:`key_binder`)."""
     if value is None:
         return None
     name = base_type(column_type)
     if name in BINARY_TYPES or name in SPATIAL_TYPES:
         return bytes.fromhex(value)
     return value
+
+
+def key_placeholder(column_type: str) -> str:
+    """A key bound's placeholder: a FLOAT column is compared widened to DOUBLE, so its bound
+    is made the same 32-bit float first (0.1 as a DOUBLE is below the FLOAT 0.1)."""
+    return "CAST(%s AS FLOAT)" if base_type(column_type) == "float" else "%s"
+
+
+def type_labels(column_type: str) -> list[str]:
+    """``enum('a','it''s')`` -> ``['a', "it's"]``."""
+    inside = column_type.partition("(")[2].rpartition(")")[0]
+    return [m.replace("''", "'") for m in _LABEL_RE.findall(inside)]
+
+
+def key_binder(column_type: str, collation: str | None) -> Converter:
+    """Canonical key value -> query parameter. ENUM and SET keys are bound as their number
+    (the label's index, the SET's bits): ``ORDER BY`` sorts them by it, while a label bound as
+    text would be compared as text. A label the column does not have (the ENUM changed while
+    dumping) raises TableChanged, and the chunk is planned again."""
+    name = base_type(column_type)
+    if name not in ("enum", "set"):
+        return lambda value: key_param(column_type, value)
+    norm = normaliser(collation) or identity
+    index = {norm(label): i for i, label in enumerate(type_labels(column_type))}
+
+    def number(label: str) -> int:
+        try:
+            return index[norm(label)]
+        except KeyError:
+            raise TableChanged(f"the key value {label!r} is not a label of the column "
+                               f"({column_type}) any more") from None
+
+    if name == "enum":  # '' (an invalid value stored under a lax sql_mode) is index 0
+        return lambda value: None if value is None else (number(value) + 1 if value else 0)
+    return lambda value: None if value is None else sum(
+        1 << number(item) for item in value.split(",") if item)
 
 
 # '%%': these expressions go into statements with parameters (the driver's paramstyle)
