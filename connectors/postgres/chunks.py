@@ -251,6 +251,13 @@ class PostgresChunkReader:
         self._queries[table] = _Queries(info)
         return info
 
+    def forget_table(self, table: TableId) -> None:
+        """Drop the statements cached for ``table`` (a :class:`dblog.spi.source.
+        ForgettingChunkReader`): a chunk query met a column the table no longer has
+        (:class:`dblog.errors.TableChanged`); the next :meth:`table_info` or chunk builds them
+        from the info it is given."""
+        self._queries.pop(table, None)
+
     def _q(self, info: TableInfo) -> _Queries:
         if info.table not in self._queries:
             self._queries[info.table] = _Queries(info)

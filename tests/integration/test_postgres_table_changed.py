@@ -1,0 +1,68 @@
+"""A column dropped while a table is dumped: the PostgreSQL chunk reader's cached queries name
+it, the server answers 42703, the reader raises TableChanged (the scheduler then reads the
+table's metadata again), and ``forget_table`` drops the cached queries so the chunk is read
+again with the fresh metadata."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from dblog.connectors.postgres.chunks import PostgresChunkReader
+from dblog.connectors.postgres.setup import ensure_watermark_table
+from dblog.core.model import EncodedRow, TableId
+from dblog.errors import TableChanged
+from dblog.spi.source import ForgettingChunkReader
+
+T = TableId("public", "t")
+
+
+def test_dropped_column_is_table_changed_and_forget_table_reads_it_fresh(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text, gone int)")
+        conn.execute("INSERT INTO t SELECT g, 'v' || g, g FROM generate_series(1, 10) g")
+    reader = PostgresChunkReader(pg_dsn, ["public.t"], {})
+    try:
+        assert isinstance(reader, ForgettingChunkReader)
+        info = reader.table_info(T)
+        for _ in range(6):  # past psycopg's prepare threshold: a server-side prepared plan
+            first = reader.read_chunk(info, None, None, 3)
+        assert [k for k, _ in first.rows] == [(1,), (2,), (3,)]
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("ALTER TABLE t DROP COLUMN gone")
+        with pytest.raises(TableChanged, match="gone"):
+            reader.read_chunk(info, (3,), None, 3)
+        with pytest.raises(TableChanged, match="gone"):
+            reader.max_key(info)
+        reader.forget_table(T)
+        fresh = reader.table_info(T)
+        assert [c.name for c in fresh.columns] == ["id", "v"]
+        again = reader.read_chunk(fresh, (3,), None, 3)
+        assert [(k, r.decode() if isinstance(r, EncodedRow) else r) for k, r in again.rows] \
+            == [((4,), {"id": 4, "v": "v4"}), ((5,), {"id": 5, "v": "v5"}),
+                ((6,), {"id": 6, "v": "v6"})]
+        assert reader.max_key(fresh) == (10,)
+    finally:
+        reader.close()
+
+
+def test_dropped_column_in_a_pipelined_window_is_table_changed(pg_dsn: str) -> None:
+    watermark = TableId("dblog", "watermark")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text, gone int)")
+        conn.execute("INSERT INTO t SELECT g, 'v' || g, g FROM generate_series(1, 10) g")
+        ensure_watermark_table(conn, watermark, "x")
+    reader = PostgresChunkReader(pg_dsn, ["public.t"], {}, watermark, "x")
+    try:
+        info = reader.table_info(T)
+        assert len(reader.start_chunk_window("l", "h", info, None, None, 3).wait().rows) == 3
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("ALTER TABLE t DROP COLUMN gone")
+        with pytest.raises(TableChanged, match="gone"):
+            reader.start_chunk_window("l", "h", info, (3,), None, 3).wait()
+        reader.forget_table(T)
+        fresh = reader.table_info(T)
+        assert [k for k, _ in reader.start_chunk_window("l", "h", fresh, (3,), None, 3)
+                .wait().rows] == [(4,), (5,), (6,)]
+    finally:
+        reader.close()
