@@ -21,9 +21,16 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from dblog.errors import DblogError
+from dblog.errors import DblogError, StateError
 from dblog.ha.lease import Lease, LeaseState
-from dblog.ha.zk import ZkPaths, classified, ensure_layout
+from dblog.ha.zk import (
+    ZkPaths,
+    classified,
+    ensure_layout,
+    negotiated_timeout_s,
+    probe_session_timeout,
+    track_session_timeout,
+)
 from dblog.spi import Clock
 
 log = logging.getLogger("dblog.ha")
@@ -43,7 +50,10 @@ class ZooKeeperElection:
         self.clock = clock
         self.instance_id = instance_id or default_instance_id()
         self.session_timeout_s = session_timeout_s
-        self.lease = Lease(clock, duration_s=session_timeout_s / 2)
+        """The requested session timeout; the lease follows the negotiated one."""
+        self._probed_s = self._learn_session_timeout()
+        self._warned_s: float | None = None
+        self.lease = Lease(clock, duration_s=self.effective_timeout_s() / 2)
         self._closed = threading.Event()
         ensure_layout(client, paths)
         client.add_listener(self._on_state)
@@ -58,6 +68,42 @@ class ZooKeeperElection:
 
     def is_leader(self) -> bool:
         return self.lease.valid()
+
+    # -- the session timeout ---------------------------------------------------------------
+
+    def _learn_session_timeout(self) -> float | None:
+        """Track the negotiated session timeout from the client's next connects; for a client
+        connected before (not made by :func:`dblog.ha.zk.connect`), learn it now through a
+        short probe session."""
+        if not track_session_timeout(self.client):
+            if isinstance(self.client, KazooClient):
+                raise StateError(
+                    "cannot read the session timeout ZooKeeper negotiates from this kazoo "
+                    "version, so the leader's lease cannot be bounded by it",
+                    fix="install a kazoo 2.x release (pip install 'dblog[zookeeper]')")
+            return None  # a test double
+        if negotiated_timeout_s(self.client) is None and self.client.connected:
+            return probe_session_timeout(self.client, self.session_timeout_s)
+        return None
+
+    def effective_timeout_s(self) -> float:
+        """The session timeout the server negotiated (latest connect), else the requested."""
+        negotiated = negotiated_timeout_s(self.client) or self._probed_s
+        return negotiated or self.session_timeout_s
+
+    def _fit_lease(self) -> None:
+        """Keep the lease at half the negotiated session timeout; say so once when the server
+        granted less than was asked for."""
+        session_s = self.effective_timeout_s()
+        self.lease.set_duration(session_s / 2)
+        if session_s < self.session_timeout_s and self._warned_s != session_s:
+            self._warned_s = session_s
+            log.warning("ZooKeeper granted a session timeout of %.1fs, less than "
+                        "state.session_timeout_s (%.1fs): the server's maxSessionTimeout is "
+                        "lower; the leader's lease lasts %.1fs and a dead leader is replaced "
+                        "after about %.1fs (lower state.session_timeout_s or raise "
+                        "maxSessionTimeout)", session_s, self.session_timeout_s,
+                        session_s / 2, session_s)
 
     # -- campaign -------------------------------------------------------------------------
 
@@ -79,6 +125,7 @@ class ZooKeeperElection:
         _, stat = self.client.get(self.paths.epoch)
         epoch = int(stat.version) + 1
         info = {"instance": self.instance_id, "since": time.time(), "epoch": epoch}
+        self._fit_lease()
         sent_at = self.clock.monotonic()
         tx = self.client.transaction()
         tx.create(self.paths.leader, json.dumps(info).encode(), ephemeral=True)
@@ -109,6 +156,7 @@ class ZooKeeperElection:
         if session is None or stat.ephemeralOwner != session:
             return None
         epoch = int(json.loads(raw.decode("utf-8"))["epoch"])
+        self._fit_lease()
         self.lease.acquire(epoch, sent_at)
         log.info("%s elected leader of %s with epoch %d (the leader znode is this session's "
                  "own: the reply to its election was lost)", self.instance_id,
@@ -178,8 +226,7 @@ class ZooKeeperElection:
         return bool(stat.ephemeralOwner == session)
 
     def _renew_loop(self) -> None:
-        interval = self.session_timeout_s / 8
-        while not self._closed.wait(interval):
+        while not self._closed.wait(self.effective_timeout_s() / 8):
             try:
                 self._renew_once()
             except Exception:  # never let the renewer die: the lease would never renew again
@@ -191,6 +238,7 @@ class ZooKeeperElection:
             return
         if self.client.state != KazooState.CONNECTED:
             return
+        self._fit_lease()
         sent_at = self.clock.monotonic()
         try:
             owned = self._owned()

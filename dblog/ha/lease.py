@@ -40,6 +40,14 @@ class Lease:
         self._epoch = 0
         self._renewed_at = float("-inf")
 
+    def set_duration(self, duration_s: float) -> None:
+        """Change how long a proof of leadership is trusted (the session timeout the server
+        negotiated may differ from the one requested, and is known only once connected)."""
+        if duration_s <= 0:
+            raise ValueError("a lease needs a positive duration")
+        with self._lock:
+            self.duration_s = duration_s
+
     @property
     def state(self) -> LeaseState:
         return self._state

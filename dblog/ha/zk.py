@@ -120,12 +120,66 @@ def spread_hosts(hosts: str, at_least: int = 3) -> str:
     return ",".join(entries * repeat) + slash + chroot
 
 
+class _RecordingConnect:
+    """Wraps kazoo's ``ConnectionHandler._connect``, which returns the read and connect
+    timeouts (ms) of a new connection, the read timeout being 2/3 of the session timeout the
+    server negotiated (kazoo 2.x); kazoo keeps that value nowhere else."""
+
+    def __init__(self, connect: Any) -> None:
+        self.connect = connect
+        self.negotiated_s: float | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        result = self.connect(*args, **kwargs)
+        self.negotiated_s = round(float(result[0]) * 1.5) / 1000.0
+        return result
+
+
+def track_session_timeout(client: KazooClient) -> bool:
+    """Record the session timeout ZooKeeper negotiates at each connect of ``client`` (it clamps
+    the requested one to [minSessionTimeout, maxSessionTimeout]); False when this kazoo has
+    no connect step to observe. Idempotent; takes effect from the next connect."""
+    connection: Any = getattr(client, "_connection", None)
+    current = getattr(connection, "_connect", None)
+    if current is None:
+        return False
+    if not isinstance(current, _RecordingConnect):
+        connection._connect = _RecordingConnect(current)
+    return True
+
+
+def negotiated_timeout_s(client: KazooClient) -> float | None:
+    """The session timeout (s) negotiated at the latest connect, None when not tracked."""
+    recording = getattr(getattr(client, "_connection", None), "_connect", None)
+    return recording.negotiated_s if isinstance(recording, _RecordingConnect) else None
+
+
+def probe_session_timeout(client: KazooClient, requested_s: float,
+                          timeout_s: float = 5.0) -> float | None:
+    """The session timeout the servers of an already connected ``client`` negotiate for
+    ``requested_s``, read through a short-lived second session; None if none answers."""
+    hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in client.hosts)
+    probe = KazooClient(hosts=hosts, timeout=requested_s)
+    track_session_timeout(probe)
+    try:
+        probe.start(timeout=timeout_s)
+    except KazooTimeoutError:
+        return None
+    finally:
+        probe.stop()
+        probe.close()
+    return negotiated_timeout_s(probe)
+
+
 def connect(hosts: str, session_timeout_s: float, connect_timeout_s: float = 15.0,
             **kwargs: Any) -> KazooClient:
-    """A started kazoo client; raises RetryableStateError when no server answers in time."""
+    """A started kazoo client, tracking its negotiated session timeout
+    (:func:`negotiated_timeout_s`); raises RetryableStateError when no server answers in
+    time."""
     client = KazooClient(hosts=spread_hosts(hosts), timeout=session_timeout_s,
                          connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0},
                          **kwargs)
+    track_session_timeout(client)
     try:
         client.start(timeout=connect_timeout_s)
     except KazooTimeoutError as exc:
