@@ -3,7 +3,10 @@ positions and transaction boundaries.
 
 Positions: MariaDB GTID positions, MySQL GTID sets, or binlog file and offset (flavor.py). A
 COMMIT (XID event, ``COMMIT`` query, or the end of a DDL statement) carries the position after
-its transaction; resuming from it replays nothing before and skips nothing after.
+its transaction; resuming from it replays nothing before and skips nothing after. A DDL
+statement ends its transaction only when nothing else belongs to it (a standalone MariaDB GTID,
+or no GTID or BEGIN before it); ``CREATE TABLE ... SELECT`` is one transaction (DDL, rows, XID).
+A row change logged as a statement stops the stream (statements.py).
 
 Reconnection: mysql-replication would reconnect by itself from a position it tracks per event
 (or, with GTIDs, from the position it was started at). The adapter's connection class
@@ -51,9 +54,10 @@ from dblog.spi import Clock
 from .db import Endpoint
 from .decoder import BinlogDecoder, parse_ddl
 from .errors import classify
-from .fastpath import FastPath, GuardedConnection
+from .fastpath import FastPath, GuardedConnection, readable
 from .flavor import Flavor
 from .retry import with_backoff
+from .statements import Kind, kind_of, opens_transaction, refuse_statement_rows, text_of
 
 log = logging.getLogger("dblog.connectors.mysql")
 
@@ -61,7 +65,7 @@ MAX_BATCH = 4096
 _EVENTS = [MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, WriteRowsEvent, UpdateRowsEvent,
            DeleteRowsEvent, HeartbeatLogEvent, RotateEvent]
 _ROW_OPS = {WriteRowsEvent: Op.INSERT, UpdateRowsEvent: Op.UPDATE, DeleteRowsEvent: Op.DELETE}
-_SKIP_QUERIES = ("SAVEPOINT", "ROLLBACK TO", "XA ", "RELEASE SAVEPOINT")
+_STANDALONE = 1  # MariaDB GTID flag: no XID or COMMIT ends this transaction (DDL)
 
 
 class StartRecord(Protocol):
@@ -104,6 +108,7 @@ class MysqlLogReader:
         self._committed: Position | None = None
         self._tx_position: Position | None = None
         self._txid: int | None = None
+        self._ends_with_commit = False  # the open transaction ends at an XID or COMMIT query
         self._ts: str | None = None
         self._handed = 0  # items of the open transaction handed out
         self._pending: list[LogItem] = []  # items the fast path decoded inside a fetch
@@ -162,6 +167,7 @@ class MysqlLogReader:
         # handed out (also when this drop came while still skipping after an earlier one)
         self._skip = self._handed
         self._tx_position = self._txid = None
+        self._ends_with_commit = False
         self._open()
 
     def _fetch_once(self) -> Any:
@@ -198,7 +204,7 @@ class MysqlLogReader:
         while len(items) < MAX_BATCH:
             # inside a transaction the rest of it is already in the binlog (the server writes
             # a transaction at its commit): only between transactions can the next fetch wait
-            if items and self._txid is None and not self._readable():
+            if items and self._txid is None and not readable(self._stream):
                 break  # return what we have rather than wait for the next event
             event = self._fetch()
             if event is None:
@@ -224,22 +230,6 @@ class MysqlLogReader:
                 break
         return items
 
-    def _readable(self) -> bool:
-        """Whether the next binlog packet is already buffered or on the socket (a peek with the
-        socket non-blocking for a moment). An EOF reads as not readable: the next fetch fails."""
-        conn = getattr(self._stream, "_stream_connection", None)
-        sock, rfile = getattr(conn, "_sock", None), getattr(conn, "_rfile", None)
-        if sock is None or rfile is None:
-            return True
-        timeout = sock.gettimeout()
-        sock.settimeout(0.0)
-        try:
-            return bool(rfile.peek(1))
-        except OSError:
-            return False
-        finally:
-            sock.settimeout(timeout)
-
     def _hand(self, out: list[LogItem], produced: Sequence[LogItem]) -> None:
         if self._skip == 0:  # the usual case: no reconnect inside this transaction
             out += produced
@@ -260,10 +250,8 @@ class MysqlLogReader:
             self._hand(out, self.decoder.rows(event, op, position, self._txid, self._ts))
             self._fast.learn(event.table_id, self.decoder.plan_for(event))
         elif kind is MariadbGtidEvent:
-            assert isinstance(self._committed, MariadbGtid)
-            self._begin(out, self._committed.with_gtid(
-                event.domain_id, event.server_id, event.gtid_seq_no), event.gtid_seq_no,
-                event.timestamp)
+            self._fast_gtid(event.domain_id, event.server_id, event.gtid_seq_no,
+                            event.timestamp, event.flags, out)
         elif kind is GtidEvent:
             sid, _, gno = event.gtid.partition(":")
             if isinstance(self._committed, MysqlGtidSet):
@@ -290,27 +278,35 @@ class MysqlLogReader:
                                      position=position)])
 
     def _on_query(self, event: Any, out: list[LogItem], packet: Any) -> None:
-        query = event.query.strip() if isinstance(event.query, str) else \
-            bytes(event.query).decode("utf-8", "replace").strip()
-        upper = query[:20].upper()
-        if upper == "BEGIN":
-            if self._txid is None:  # no GTIDs: the BEGIN query opens the transaction
-                self._begin(out, None, _file_txid(self._file_position(packet)), event.timestamp)
+        query = text_of(event)
+        kind = kind_of(query)
+        if kind is Kind.SKIP:
             return
-        if upper == "COMMIT":
+        if kind is Kind.COMMIT:
             self._commit(out, self._tx_position or self._file_position(packet),
                          int(packet.log_pos))
             return
-        if upper.startswith(_SKIP_QUERIES):
-            return
-        if self._txid is None:
+        if self._txid is None:  # no GTIDs (a BEGIN query), or a DDL statement of its own
             self._begin(out, None, _file_txid(self._file_position(packet)), event.timestamp)
+        if kind is Kind.BEGIN:
+            self._ends_with_commit = True
+            return
         schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
+        if kind is Kind.DML:  # stops on a captured table; another's is not ours
+            refuse_statement_rows(query, schema or "", self.decoder.captured)
+        else:
+            self._on_ddl(query, schema or "", out, packet)
+        if not self._ends_with_commit:  # DDL commits implicitly
+            self._commit(out, self._tx_position or self._file_position(packet),
+                         int(packet.log_pos))
+
+    def _on_ddl(self, query: str, schema: str, out: list[LogItem], packet: Any) -> None:
         position = self._tx_position or self._file_position(packet)
-        produced = self.decoder.ddl(query, schema or "", position, self._txid, self._ts)
-        self._forget_table_maps(query, schema or "")
+        produced = self.decoder.ddl(query, schema, position, self._txid, self._ts)
+        self._forget_table_maps(query, schema)
         self._hand(out, produced)
-        self._commit(out, position, int(packet.log_pos))  # DDL commits implicitly
+        if opens_transaction(query):  # MySQL's CREATE TABLE ... SELECT: the XID ends it
+            self._ends_with_commit = True
 
     def _forget_table_maps(self, query: str, schema: str) -> None:
         """``freeze_schema`` makes mysql-replication parse a table map once per table id (the
@@ -332,11 +328,14 @@ class MysqlLogReader:
         self._hand(self._pending, self.decoder.from_images(plan, op, images, position,
                                                            self._txid, self._ts))
 
-    def _fast_gtid(self, domain: int, server_id: int, seq: int, timestamp: int) -> None:
-        """A MariaDB GTID event the fast path consumed: the transaction begins."""
+    def _fast_gtid(self, domain: int, server_id: int, seq: int, timestamp: int, flags: int,
+                   out: list[LogItem] | None = None) -> None:
+        """A MariaDB GTID event (``out``: None when the fast path consumed it): the
+        transaction begins; unless standalone, it ends with an XID or COMMIT."""
         assert isinstance(self._committed, MariadbGtid)
-        self._begin(self._pending, self._committed.with_gtid(domain, server_id, seq), seq,
-                    timestamp)
+        self._begin(self._pending if out is None else out,
+                    self._committed.with_gtid(domain, server_id, seq), seq, timestamp)
+        self._ends_with_commit = not flags & _STANDALONE
 
     def _fast_xid(self, log_pos: int) -> None:
         """An XID event the fast path consumed (then returned at once): the transaction
@@ -361,6 +360,7 @@ class MysqlLogReader:
                                      position=position)])
         self._committed = position
         self._tx_position = self._txid = None
+        self._ends_with_commit = False
         self._handed = self._skip = 0
 
     def _file_position(self, packet: Any) -> Position:

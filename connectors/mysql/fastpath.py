@@ -36,7 +36,7 @@ _TABLE_MAP, _ROTATE, _HEARTBEAT, _MARIADB_GTID, _XID = 19, 4, 27, 162, 16
 _ROWS = {23: Op.INSERT, 24: Op.UPDATE, 25: Op.DELETE, 30: Op.INSERT, 31: Op.UPDATE,
          32: Op.DELETE}
 RowsSink = Callable[[Op, Any, list[dict[str, Any]], int], None]
-GtidSink = Callable[[int, int, int, int], None]  # domain, server id, sequence number, timestamp
+GtidSink = Callable[[int, int, int, int, int], None]  # domain, server id, seq. number, time, flags
 XidSink = Callable[[int], None]  # the log position after the committed transaction
 _OURS = frozenset({_TABLE_MAP, _ROTATE, _MARIADB_GTID, _XID})
 HELD = 1024  # decoded rows that may wait before mysql-replication is handed a stand-in
@@ -87,6 +87,24 @@ def read_payload(conn: Any) -> bytes:
         parts.append(data)
         if size < _MAX_PACKET:
             return b"".join(parts)
+
+
+def readable(stream: Any) -> bool:
+    """Whether the next binlog packet of a mysql-replication stream is already buffered or on
+    the socket (a peek with the socket non-blocking for a moment). An EOF reads as not
+    readable: the next fetch fails."""
+    conn = getattr(stream, "_stream_connection", None)
+    sock, rfile = getattr(conn, "_sock", None), getattr(conn, "_rfile", None)
+    if sock is None or rfile is None:
+        return True
+    timeout = sock.gettimeout()
+    sock.settimeout(0.0)
+    try:
+        return bool(rfile.peek(1))
+    except OSError:
+        return False
+    finally:
+        sock.settimeout(timeout)
 
 
 def _length_coded(data: bytes, pos: int) -> tuple[int, int]:
@@ -141,7 +159,7 @@ class FastPath:
                 return False
             # the body: sequence number (8 bytes), domain id (4), flags
             self.gtid_sink(int.from_bytes(data[28:32], "little"), server_id,
-                           int.from_bytes(data[20:28], "little"), timestamp)
+                           int.from_bytes(data[20:28], "little"), timestamp, data[32])
             self._last = (timestamp, server_id, log_pos)
             return True
         if kind == _XID:
