@@ -131,7 +131,13 @@ class _RecordingConnect:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         result = self.connect(*args, **kwargs)
-        self.negotiated_s = round(float(result[0]) * 1.5) / 1000.0
+        try:
+            self.negotiated_s = round(float(result[0]) * 1.5) / 1000.0
+        except (TypeError, ValueError, IndexError, KeyError):
+            # another kazoo's return shape: never break its connect; the lease then
+            # follows the requested timeout (effective_timeout_s)
+            log.warning("cannot read the negotiated ZooKeeper session timeout from %r",
+                        result)
         return result
 
 

@@ -80,3 +80,22 @@ def test_an_untracked_client_keeps_the_requested_timeout() -> None:
                                  session_timeout_s=8.0, instance_id="a")
     election.close()
     assert election.lease.duration_s == 4.0
+
+
+def test_a_connect_step_of_another_shape_still_connects(caplog: pytest.LogCaptureFixture
+                                                         ) -> None:
+    """The tracking must never break kazoo's connect: an unreadable result is passed on, and
+    the requested timeout stays in force."""
+
+    class OtherShape:
+        def _connect(self, host: str, hostip: str, port: int) -> object:
+            return None
+
+    stub = NegotiatingStub(2000)
+    stub._connection = OtherShape()  # type: ignore[assignment]
+    client = cast(KazooClient, stub)
+    assert track_session_timeout(client)
+    with caplog.at_level(logging.WARNING, logger="dblog.ha"):
+        assert stub._connection._connect("zk1", "127.0.0.1", 2181) is None
+    assert negotiated_timeout_s(client) is None
+    assert "cannot read the negotiated ZooKeeper session timeout" in caplog.text
