@@ -281,6 +281,13 @@ def _text(codec: str) -> Prefixed:
     return read
 
 
+def is_text(convert: object) -> bool:
+    """Whether a prefixed column's reader decodes text (it may fail on bytes invalid in the
+    column's charset)."""
+    return convert is UTF8 or convert is _latin1 or getattr(
+        convert, "__qualname__", "") == "_text.<locals>.read"
+
+
 def _hex(raw: bytes) -> str:
     return raw.hex()
 

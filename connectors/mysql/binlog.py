@@ -53,7 +53,7 @@ from dblog.spi import Clock
 
 from .db import Endpoint
 from .decoder import BinlogDecoder, parse_ddl
-from .errors import classify
+from .errors import DRIVER_ERRORS, classify, decode_error
 from .fastpath import FastPath, GuardedConnection, readable
 from .flavor import Flavor
 from .retry import with_backoff
@@ -153,7 +153,7 @@ class MysqlLogReader:
                 only_schemas=self.only_schemas, enable_logging=False,
                 report_slave=(self.report_name, self.endpoint.user, "", 0),
                 slave_uuid=str(uuid.uuid5(uuid.NAMESPACE_DNS, self.report_name)), **args)
-        except Exception as exc:
+        except DRIVER_ERRORS as exc:
             raise classify(exc, "opening the binlog stream") from exc
 
     def _reconnect(self, cause: BaseException) -> None:
@@ -178,7 +178,7 @@ class MysqlLogReader:
         assert self._stream is not None
         try:
             return self._stream.fetchone()
-        except Exception as exc:
+        except DRIVER_ERRORS as exc:
             error = classify(exc, "reading the binlog")
             if error.retryable:
                 self._reconnect(exc)
@@ -247,7 +247,12 @@ class MysqlLogReader:
         op = _ROW_OPS.get(kind)
         if op is not None:
             position = self._tx_position or self._file_position(packet)
-            self._hand(out, self.decoder.rows(event, op, position, self._txid, self._ts))
+            try:
+                self._hand(out, self.decoder.rows(event, op, position, self._txid, self._ts))
+            except UnicodeDecodeError as exc:
+                raise decode_error(exc, f"{event.schema}.{event.table}", [
+                    c.name for c in event.columns if c.character_set_name not in (
+                        None, "binary")]) from exc
             self._fast.learn(event.table_id, self.decoder.plan_for(event))
         elif kind is MariadbGtidEvent:
             self._fast_gtid(event.domain_id, event.server_id, event.gtid_seq_no,

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import pymysql
+from pymysqlreplication import exceptions as replication
+
 from dblog.errors import DblogError, DumpRequestError, FatalSourceError, RetryableSourceError
 
 # connection lost or refused, server going away or shutting down, connection killed,
@@ -17,6 +22,12 @@ class StreamLost(Exception):
     letting mysql-replication reconnect on its own from a position it cannot know is safe)."""
 
 
+DRIVER_ERRORS = (pymysql.err.Error, StreamLost, OSError, replication.BinLogNotEnabled,
+                 replication.TableMetadataUnavailableError, replication.MalformedBinLogEvent,
+                 replication.StatusVariableMismatch)
+"""What the driver and mysql-replication raise; anything else is a bug and escapes as itself."""
+
+
 def error_code(exc: BaseException) -> int | None:
     args = getattr(exc, "args", ())
     return args[0] if args and isinstance(args[0], int) else None
@@ -28,6 +39,8 @@ def classify(exc: BaseException, doing: str) -> DblogError:
         return exc
     code = error_code(exc)
     text = str(exc.args[1]) if code is not None and len(exc.args) > 1 else str(exc)
+    if not isinstance(exc, DRIVER_ERRORS):
+        text = f"{type(exc).__name__}: {text}".rstrip(": ")
     if isinstance(exc, (StreamLost, ConnectionError, TimeoutError)) or code in RETRYABLE_CODES:
         return RetryableSourceError(f"{doing}: {text}")
     if code in _AUTH:
@@ -44,6 +57,20 @@ def classify(exc: BaseException, doing: str) -> DblogError:
     if code == 1236:
         return _binlog_error(doing, text)
     return FatalSourceError(f"{doing}: {text}")
+
+
+def decode_error(exc: Exception, table: object, text_columns: Sequence[str]
+                 ) -> FatalSourceError:
+    """The one error for a row image that does not decode (the fast path's and
+    mysql-replication's): the table, and the text column (or the text columns, one of which)
+    whose stored bytes are not valid in its charset."""
+    names = ", ".join(repr(name) for name in text_columns)
+    which = f"column {names}" if len(text_columns) == 1 else f"one of the columns {names}"
+    return FatalSourceError(
+        f"a row event of {table} does not decode: {which}: {type(exc).__name__}: {exc}",
+        fix=f"correct the stored value (valid text in the column's charset), or leave {table} "
+            "out of source.tables; the binlog keeps the event, so then remove the state and "
+            "request a full dump")
 
 
 def _binlog_error(doing: str, text: str) -> DblogError:

@@ -29,7 +29,9 @@ import pymysql
 from dblog.core.model import Op
 from dblog.errors import FatalSourceError
 
-from .errors import StreamLost
+from .binformats import is_text
+from .errors import StreamLost, decode_error
+from .rowcodec import K_UTF8
 
 _HEADER = struct.Struct("<xIBIIIH")  # OK byte, then the 19-byte event header
 _TABLE_MAP, _ROTATE, _HEARTBEAT, _MARIADB_GTID, _XID = 19, 4, 27, 162, 16
@@ -201,7 +203,11 @@ class FastPath:
             pos += bitmap
             if present != codec.full:
                 codec.check_present([present], plan.table)
-        images = codec.decode(data, pos, end)
+        try:
+            images = codec.decode(data, pos, end)
+        except UnicodeDecodeError as exc:
+            text = [c.name for c in codec.columns if c.spec[0] == K_UTF8 or is_text(c.spec[4])]
+            raise decode_error(exc, plan.table, text) from exc
         self.held += len(images)
         self.sink(op, plan, images, log_pos)
 
