@@ -208,6 +208,11 @@ class MysqlChunkReader:
         self._queries[table] = _Queries(info, version)
         return info
 
+    def forget_table(self, table: TableId) -> None:
+        """A :class:`dblog.spi.ForgettingChunkReader`: a query met a changed table (a DDL the
+        log reader has not seen yet), so its columns are read again at the next query."""
+        self._queries.pop(table, None)
+
     def _q(self, info: TableInfo) -> _Queries:
         """The table's queries, with the columns read again after the log reader saw a DDL
         statement for it (the engine's TableInfo may predate it)."""

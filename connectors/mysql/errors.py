@@ -7,7 +7,13 @@ from collections.abc import Sequence
 import pymysql
 from pymysqlreplication import exceptions as replication
 
-from dblog.errors import DblogError, DumpRequestError, FatalSourceError, RetryableSourceError
+from dblog.errors import (
+    DblogError,
+    DumpRequestError,
+    FatalSourceError,
+    RetryableSourceError,
+    TableChanged,
+)
 
 # connection lost or refused, server going away or shutting down, connection killed,
 # deadlock and lock wait timeout, query interrupted
@@ -52,6 +58,8 @@ def classify(exc: BaseException, doing: str) -> DblogError:
                                 fix="GRANT SELECT, REPLICATION SLAVE, REPLICATION CLIENT (MariaDB: "
                                     "BINLOG MONITOR) ON *.* TO <dblog user>; see "
                                     "docs/sources/mysql.md")
+    if code == 1054:  # unknown column: dropped or renamed since the reader read the table
+        return TableChanged(f"{doing}: {text}")
     if code == 1146:
         return DumpRequestError(f"{doing}: {text}", fix="check the table name (database.table)")
     if code == 1236:

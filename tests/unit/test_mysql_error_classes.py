@@ -16,7 +16,12 @@ from dblog.connectors.mysql.errors import classify
 from dblog.connectors.mysql.fastpath import FastPath
 from dblog.connectors.mysql.flavor import Flavor
 from dblog.core.model import Op, TableId
-from dblog.errors import FatalSourceError, RetryableSourceError
+from dblog.errors import (
+    DumpRequestError,
+    FatalSourceError,
+    RetryableSourceError,
+    TableChanged,
+)
 
 MARIADB = Flavor("mariadb", (10, 11), True)
 
@@ -48,6 +53,16 @@ def test_classify_never_gives_an_empty_message() -> None:
     error = classify(AssertionError(), "reading the binlog")
     assert isinstance(error, FatalSourceError) and "AssertionError" in error.message
     assert isinstance(classify(ConnectionResetError(), "x"), RetryableSourceError)
+
+
+def test_an_unknown_column_is_a_changed_table_and_an_unknown_table_a_bad_request() -> None:
+    import pymysql
+
+    changed = classify(pymysql.err.OperationalError(1054, "Unknown column 'gone' in 'SELECT'"),
+                       "reading a chunk of db.t")
+    assert isinstance(changed, TableChanged) and "Unknown column 'gone'" in changed.message
+    missing = classify(pymysql.err.ProgrammingError(1146, "Table 'db.t' doesn't exist"), "x")
+    assert isinstance(missing, DumpRequestError) and not isinstance(missing, TableChanged)
 
 
 @pytest.mark.parametrize("compiled", [False, True])
