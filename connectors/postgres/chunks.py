@@ -107,6 +107,7 @@ class _Queries:
     are aliased so that ORDER BY and the key comparisons use the typed columns."""
 
     def __init__(self, info: TableInfo) -> None:
+        self.info = info
         types = {c.name: c.type_name for c in info.columns}
         self.key_types = [types[k] for k in info.key_columns]
         self.table = sql.Identifier(info.table.schema, info.table.name)
@@ -259,9 +260,12 @@ class PostgresChunkReader:
         self._queries.pop(table, None)
 
     def _q(self, info: TableInfo) -> _Queries:
-        if info.table not in self._queries:
-            self._queries[info.table] = _Queries(info)
-        return self._queries[info.table]
+        """The table's statements, built again for metadata other than theirs (read afresh
+        after TableChanged while a job planned before it still ran on this reader)."""
+        q = self._queries.get(info.table)
+        if q is None or (q.info is not info and q.info != info):
+            q = self._queries[info.table] = _Queries(info)
+        return q
 
     def _fetch(self, query: sql.Composed, params: Sequence[Any], what: str) -> list[Any]:
         try:

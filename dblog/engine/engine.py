@@ -48,6 +48,7 @@ from dblog.errors import DblogError, DumpIdConflict, DumpRequestError, Leadershi
 from dblog.runtime.clock import SingleNodeLeadership, SystemClock
 from dblog.spi import (
     Clock,
+    ForgettingChunkReader,
     LeaderElection,
     LocatedPosition,
     LogReader,
@@ -105,6 +106,7 @@ class Engine:
         """The current run's dump side (None before the first run)."""
         self.running = threading.Event()
         self._stop = threading.Event()
+        self._job_chunks: object = None  # the chunk jobs' own reader (chunk_worker)
         self._restarting = False
         """Between two runs: control calls are refused (a call queued before the first run
         is applied by it)."""
@@ -146,6 +148,7 @@ class Engine:
         else:
             job_chunks = self.connector.chunk_reader()
             opened.callback(_close, job_chunks)
+            self._job_chunks = job_chunks
             job_marks = self.connector.watermark_writer()
             opened.callback(_close, job_marks)
             runner = overlapping_runner(BlockingChunkRead(job_chunks, job_marks, self.hooks),
@@ -174,6 +177,8 @@ class Engine:
         scheduler = DumpScheduler(self.settings, self.knobs, self.clock, chunks, runner,
                                   self.delivery, boundary.record_progress, recent)
         scheduler.live = state.dumps
+        if isinstance(self._job_chunks, ForgettingChunkReader):
+            scheduler.forgetting.append(self._job_chunks)
         scheduler.discarded = self.metrics.chunk_discarded
         self.scheduler = scheduler
         self.captured = tuple(str(t) for t in chunks.list_tables())

@@ -69,6 +69,8 @@ class DumpScheduler:
         self.next_chunk_at = 0.0
         self.jobs_this_turn = 0
         self.table_changes: dict[str, int] = {}  # per dump, reset by a chunk read
+        self.forgetting: list[ForgettingChunkReader] = (  # the engine adds the jobs' reader
+            [chunks] if isinstance(chunks, ForgettingChunkReader) else [])
 
     # -- the loop's calls ---------------------------------------------------------------------
 
@@ -274,18 +276,17 @@ class DumpScheduler:
                          self.table_info(before.table))
 
     def _step_failed(self, dump_id: str, table: TableId, exc: Exception) -> None:
-        """A dump step failed; a query that met a changed table (a column dropped or renamed
-        while dumping) is planned again with the table's metadata read afresh, a few times."""
+        """A dump step failed; TableChanged is retried with fresh metadata, a few times."""
         changes = self.table_changes.get(dump_id, 0)
         if not isinstance(exc, TableChanged) or changes >= TABLE_CHANGES_RETRIED:
             self._fail_dump(dump_id, exc)
             return
         self.table_changes[dump_id] = changes + 1
-        log.warning("dump %s: %s changed while it was read (%s); reading it again with its "
-                    "metadata read afresh", dump_id, table, exc.message)
+        log.warning("dump %s: %s changed while it was read (%s); reading it again with "
+                    "its metadata read afresh", dump_id, table, exc.message)
         self.tables.pop(table, None)
-        if isinstance(self.chunks, ForgettingChunkReader):
-            self.chunks.forget_table(table)
+        for reader in self.forgetting:
+            reader.forget_table(table)
         self._drop_dump_reads(dump_id)
         self.discarded(table, "the table's columns changed while it was read")
 

@@ -5,14 +5,22 @@ again with the fresh metadata."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import psycopg
 import pytest
 
+from dblog.app.pipeline import Pipeline
+from dblog.connectors.postgres import PostgresConnector
 from dblog.connectors.postgres.chunks import PostgresChunkReader
 from dblog.connectors.postgres.setup import ensure_watermark_table
 from dblog.core.model import EncodedRow, TableId
+from dblog.engine import EngineSettings
 from dblog.errors import TableChanged
+from dblog.outputs.jsonl import JsonlOutput
 from dblog.spi.source import ForgettingChunkReader
+
+from .pgutil import dump_state, read_events, wait_until
 
 T = TableId("public", "t")
 
@@ -66,3 +74,39 @@ def test_dropped_column_in_a_pipelined_window_is_table_changed(pg_dsn: str) -> N
                 .wait().rows] == [(4,), (5,), (6,)]
     finally:
         reader.close()
+
+
+def test_a_column_dropped_while_a_pipeline_dumps_is_read_again(pg_dsn: str,
+                                                               tmp_path: Path) -> None:
+    """End to end, with the chunk worker (its own reader must forget the table too): the dump
+    ends done with every row, a new dump in the same run too, and the rows read after the
+    DROP lack the column."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int, w int)")
+        conn.execute("INSERT INTO t SELECT g, g, g FROM generate_series(1, 20) g")
+    pipeline = Pipeline(
+        PostgresConnector({"dsn": pg_dsn, "slot": "dc", "tables": ["public.t"]}, "dc"),
+        [JsonlOutput({"path": str(tmp_path / "o.jsonl")})],
+        state_path=str(tmp_path / "s.json"),
+        settings=EngineSettings(chunk_size=1, chunk_delay_s=0.2, flush_interval_s=0.1)).start()
+    try:
+        first = pipeline.dump(["public.t"])
+        wait_until(lambda: pipeline.dump_status(first)["tables"][0]["chunks"] >= 2, 30,
+                   "two chunks")
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("ALTER TABLE t DROP COLUMN w")
+        wait_until(lambda: dump_state(pipeline, first) != "running", 60, "the dump's end")
+        assert dump_state(pipeline, first) == "done", pipeline.dump_status(first)
+        second = pipeline.dump(["public.t"])
+        wait_until(lambda: dump_state(pipeline, second) not in ("queued", "running"), 60,
+                   "the second dump")
+        assert dump_state(pipeline, second) == "done", pipeline.dump_status(second)
+    finally:
+        pipeline.stop()
+    reads = [e for e in read_events(tmp_path / "o.jsonl") if e["op"] == "read"]
+    by_dump: dict[str, list[int]] = {}
+    for event in reads:
+        by_dump.setdefault(event["dump_id"], []).append(event["key"][0])
+    assert sorted(by_dump[first]) == list(range(1, 21))
+    assert sorted(by_dump[second]) == list(range(1, 21))
+    assert all("w" not in e["after"] for e in reads if e["dump_id"] == second)
