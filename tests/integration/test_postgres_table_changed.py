@@ -91,8 +91,11 @@ def test_a_column_dropped_while_a_pipeline_dumps_is_read_again(pg_dsn: str,
         settings=EngineSettings(chunk_size=1, chunk_delay_s=0.2, flush_interval_s=0.1)).start()
     try:
         first = pipeline.dump(["public.t"])
-        wait_until(lambda: pipeline.dump_status(first)["tables"][0]["chunks"] >= 2, 30,
-                   "two chunks")
+        def two_chunks() -> bool:
+            status = pipeline.dump_status(first)
+            return status is not None and status["tables"][0]["chunks"] >= 2
+
+        wait_until(two_chunks, 30, "two chunks")
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute("ALTER TABLE t DROP COLUMN w")
         wait_until(lambda: dump_state(pipeline, first) != "running", 60, "the dump's end")
