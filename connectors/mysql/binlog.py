@@ -277,6 +277,7 @@ class MysqlLogReader:
     def _begin(self, out: list[LogItem], position: Position | None, txid: int,
                timestamp: int) -> None:
         self._tx_position, self._txid, self._ts = position, txid, _ts(timestamp)
+        self._ends_with_commit = False  # until a BEGIN query or a GTID's flags say otherwise
         if self._skip == 0:  # a new transaction; one left open (nothing of it captured) ends
             self._handed = 0
         self._hand(out, [ChangeEvent(Op.BEGIN, None, txid=txid, commit_ts=self._ts,

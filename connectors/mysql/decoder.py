@@ -25,6 +25,7 @@ from .collation import key_converter
 from .flavor import Flavor
 from .nativetypes import to_geometry_hex, to_inet4, to_inet6, to_uuid
 from .rowcodec import codec_for
+from .statements import NAME, QUALIFIED, statement_body, table_named
 from .types import (
     Converter,
     identity,
@@ -329,38 +330,25 @@ def _column_metadata(column: Any) -> tuple[Any, ...]:
                         if not k.startswith("_") and k != "character_set_name"))
 
 
-_NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)"
-_QUALIFIED = rf"{_NAME}(?:\s*\.\s*{_NAME})?"
-_COMMENTS = re.compile(r"/\*.*?\*/|#[^\n]*|--\s[^\n]*", re.S)
-# MariaDB logs ``SET STATEMENT var=value[, ...] FOR <statement>`` verbatim
-_SET_STATEMENT = re.compile(r"^SET\s+STATEMENT\s+(?:'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\""
-                            r"|`(?:[^`]|``)*`|[^'\"`])*?\sFOR\s+", re.I | re.S)
 _FORMS = [
-    (Op.TRUNCATE, re.compile(rf"^TRUNCATE\s+(?:TABLE\s+)?({_QUALIFIED})", re.I)),
+    (Op.TRUNCATE, re.compile(rf"^TRUNCATE\s+(?:TABLE\s+)?({QUALIFIED})", re.I)),
     (Op.SCHEMA, re.compile(rf"^(?:ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE|CREATE\s+(?:OR\s+"
                            rf"REPLACE\s+)?TABLE|DROP\s+TABLE)\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?"
-                           rf"((?:{_QUALIFIED})(?:\s*,\s*{_QUALIFIED})*)", re.I)),
+                           rf"((?:{QUALIFIED})(?:\s*,\s*{QUALIFIED})*)", re.I)),
     (Op.SCHEMA, re.compile(r"^RENAME\s+TABLES?\s+(.*)$", re.I | re.S)),
     (Op.SCHEMA, re.compile(rf"^(?:CREATE|DROP)\s+(?:(?:UNIQUE|FULLTEXT|SPATIAL|OR\s+REPLACE)\s+)*"
-                           rf"INDEX\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?{_NAME}\s+(?:ON\s+)"
-                           rf"({_QUALIFIED})", re.I)),
+                           rf"INDEX\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?{NAME}\s+(?:ON\s+)"
+                           rf"({QUALIFIED})", re.I)),
 ]
 
 
 def parse_ddl(query: str, schema: str) -> tuple[Op, list[TableId]]:
     """The tables a DDL statement changes (``schema``: the statement's default database)."""
-    text = _COMMENTS.sub(" ", query).strip()
-    text = _SET_STATEMENT.sub("", text, count=1)
+    text = statement_body(query)
     for op, form in _FORMS:
         match = form.match(text)
         if match:
-            names = re.findall(_QUALIFIED, match.group(1))
+            names = re.findall(QUALIFIED, match.group(1))
             names = [n for n in names if n.upper() not in ("TO", "WAIT", "NOWAIT")]
-            return op, [_table(n, schema) for n in names]
+            return op, [table_named(n, schema) for n in names]
     return Op.SCHEMA, []
-
-
-def _table(name: str, schema: str) -> TableId:
-    parts = re.findall(_NAME, name)
-    clean = [p[1:-1].replace("``", "`") if p.startswith("`") else p for p in parts]
-    return TableId(clean[0], clean[1]) if len(clean) == 2 else TableId(schema, clean[0])

@@ -18,9 +18,12 @@ from typing import Any
 from dblog.core.model import TableId
 from dblog.errors import FatalSourceError
 
-_NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)"
-_QUALIFIED = rf"{_NAME}(?:\s*\.\s*{_NAME})?"
+NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)"
+QUALIFIED = rf"{NAME}(?:\s*\.\s*{NAME})?"
 _COMMENTS = re.compile(r"/\*.*?\*/|#[^\n]*|--\s[^\n]*", re.S)
+# MariaDB logs ``SET STATEMENT var=value[, ...] FOR <statement>`` verbatim
+_SET_STATEMENT = re.compile(r"^SET\s+STATEMENT\s+(?:'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\""
+                            r"|`(?:[^`]|``)*`|[^'\"`])*?\sFOR\s+", re.I | re.S)
 _STRINGS = re.compile(r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\"", re.S)
 _SKIP = ("SAVEPOINT", "ROLLBACK TO", "XA ", "RELEASE SAVEPOINT")
 _DML = re.compile(r"^(INSERT|REPLACE|UPDATE|DELETE)\b(.*)$", re.I | re.S)
@@ -50,15 +53,22 @@ def text_of(event: Any) -> str:
     return bytes(query).decode("utf-8", "replace").strip()
 
 
+def statement_body(query: str) -> str:
+    """The statement without comments and without a leading ``SET STATEMENT ... FOR``."""
+    return _SET_STATEMENT.sub("", _COMMENTS.sub(" ", query).strip(), count=1)
+
+
 def kind_of(query: str) -> Kind:
     upper = query[:20].upper()
     if upper == "BEGIN":
         return Kind.BEGIN
-    if upper == "COMMIT":
+    if upper == "COMMIT" or upper == "ROLLBACK":
+        # a ROLLBACK is logged only after changes of non-transactional tables, which stand:
+        # it ends the transaction as COMMIT does
         return Kind.COMMIT
     if upper.startswith(_SKIP):
         return Kind.SKIP
-    return Kind.DML if _DML.match(_COMMENTS.sub(" ", query).strip()) else Kind.DDL
+    return Kind.DML if _DML.match(statement_body(query)) else Kind.DDL
 
 
 def opens_transaction(query: str) -> bool:
@@ -70,18 +80,18 @@ def opens_transaction(query: str) -> bool:
 def written_tables(query: str, schema: str) -> list[TableId]:
     """The tables an INSERT, REPLACE, UPDATE or DELETE statement may write (see the module
     docstring); ``schema``: the statement's default database."""
-    text = _STRINGS.sub("''", _COMMENTS.sub(" ", query)).strip()
+    text = _STRINGS.sub("''", statement_body(query))
     match = _DML.match(text)
     if match is None:
         return []
     rest = match.group(2)
     end = _TARGETS_END.search(rest)
-    names = re.findall(_QUALIFIED, rest[:end.start()] if end else rest)
-    return [_table(n, schema) for n in names if n.upper() not in _NOT_NAMES]
+    names = re.findall(QUALIFIED, rest[:end.start()] if end else rest)
+    return [table_named(n, schema) for n in names if n.upper() not in _NOT_NAMES]
 
 
-def _table(name: str, schema: str) -> TableId:
-    parts = re.findall(_NAME, name)
+def table_named(name: str, schema: str) -> TableId:
+    parts = re.findall(NAME, name)
     clean = [p[1:-1].replace("``", "`") if p.startswith("`") else p for p in parts]
     return TableId(clean[0], clean[1]) if len(clean) == 2 else TableId(schema, clean[0])
 

@@ -21,7 +21,10 @@ from dblog.errors import FatalSourceError
     ("BEGIN", Kind.BEGIN), ("COMMIT", Kind.COMMIT), ("SAVEPOINT a", Kind.SKIP),
     ("CREATE TABLE t (id int)", Kind.DDL), ("ALTER TABLE t ADD c int", Kind.DDL),
     ("insert into t values (1)", Kind.DML), ("/* x */ UPDATE t SET a = 1", Kind.DML),
-    ("DELETE FROM t", Kind.DML), ("REPLACE INTO t VALUES (1)", Kind.DML)])
+    ("DELETE FROM t", Kind.DML), ("REPLACE INTO t VALUES (1)", Kind.DML),
+    ("ROLLBACK", Kind.COMMIT),
+    ("SET STATEMENT max_statement_time=100 FOR UPDATE t SET a = 1", Kind.DML),
+    ("SET STATEMENT lock_wait_timeout=5 FOR ALTER TABLE t ADD c int", Kind.DDL)])
 def test_kinds(query: str, kind: Kind) -> None:
     assert kind_of(query) is kind
 
