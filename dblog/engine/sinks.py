@@ -187,7 +187,9 @@ class ThreadedSink(InlineSink):
 
     def close(self) -> None:
         self._stop()
-        if self._error is None:
+        if isinstance(self._error, LeadershipLost):  # it dropped a batch: write nothing more
+            super().discard()
+        elif self._error is None:
             self.output.close()
 
     def discard(self) -> None:

@@ -129,6 +129,37 @@ def test_a_batch_dropped_while_the_lease_was_invalid_stops_all_later_acknowledge
     assert [e.seq for e in out.events] == [1]
 
 
+class ClosingNoted(ListOutput):
+    def __init__(self) -> None:
+        super().__init__("noted")
+        self.closed = self.discarded = False
+
+    def close(self) -> None:
+        self.closed = True
+
+    def discard(self) -> None:
+        self.discarded = True
+
+
+def test_a_sink_that_dropped_a_batch_discards_its_output_at_close() -> None:
+    """After the sticky LeadershipLost the lease may be valid again, so the delivery closes
+    rather than discards: the output must still be discarded (nothing it holds written)."""
+    out = ClosingNoted()
+    valid = [False]
+    sink = ThreadedSink(out, FakeClock(), attempts=2, max_batches=4,
+                        may_write=lambda: valid[0])
+    sink.open(0)
+    sink._queue.put(batch(1))  # the worker meets it while the lease is invalid
+    deadline = time.monotonic() + 5
+    while sink._error is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    valid[0] = True
+    with pytest.raises(LeadershipLost):
+        sink.acknowledged()
+    sink.close()
+    assert out.discarded and not out.closed and out.events == []
+
+
 class ThreadNoting:
     """A pre-encoding output (:class:`dblog.spi.PreEncodingOutput`) that notes which thread
     encoded and which wrote each batch."""
