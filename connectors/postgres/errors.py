@@ -44,6 +44,10 @@ def classify(exc: BaseException, doing: str) -> DblogError:
         return _by_sqlstate(exc, str(sqlstate), doing, text)
     return _by_text(exc, doing, text)
 
+WAL_GONE_FIX = ("the server removed WAL the replication slot still needed (max_slot_wal_keep_size "
+                "or a damaged slot): drop the slot, remove the pipeline's state and start over "
+                "with a full dump")
+
 
 def _by_sqlstate(exc: BaseException, sqlstate: str, doing: str, text: str) -> DblogError:
     message = f"{doing}: {text}"
@@ -53,10 +57,12 @@ def _by_sqlstate(exc: BaseException, sqlstate: str, doing: str, text: str) -> Db
         return DumpRequestError(message)
     if sqlstate == "42703":  # undefined column: DDL while the table's queries were cached
         return TableChanged(message)
-    if sqlstate == "58P01":  # undefined file: the only file dblog makes the server open
+    if sqlstate == "58P01" and "wal2json" in text:  # undefined file: the plugin's library
         return FatalSourceError(
             f"{doing}: the wal2json output plugin is not installed on the server ({text})",
             fix=PLUGIN_FIX)
+    if sqlstate == "58P01" and "WAL segment" in text:  # the slot's WAL is gone for good
+        return FatalSourceError(message, fix=WAL_GONE_FIX)
     if sqlstate[:2] in _RETRYABLE_CLASSES:
         return RetryableSourceError(message)
     if isinstance(exc, _FATAL):

@@ -76,6 +76,16 @@ def test_missing_plugin_code_names_the_install_fix() -> None:
     assert error.fix is not None and "apt-get install postgresql" in error.fix
 
 
+def test_other_missing_files_are_not_called_a_missing_plugin() -> None:
+    gone = _kind(pgerrors.UndefinedFile(
+        "requested WAL segment 000000010000000000000003 has already been removed"))
+    assert type(gone) is FatalSourceError and "wal2json" not in gone.message
+    assert gone.fix is not None and "full dump" in gone.fix
+    other = _kind(pgerrors.UndefinedFile('could not open file "pg_logical/snapshots/0-1.snap"'))
+    assert "wal2json" not in other.message
+    assert other.fix is None or "apt-get" not in other.fix
+
+
 def test_connect_time_errors_without_sqlstate_use_the_text() -> None:
     refused = psycopg.OperationalError(
         'connection failed: connection to server at "127.0.0.1", port 1 failed: '
