@@ -250,8 +250,11 @@ def key_binder(column_type: str, collation: str | None) -> Converter:
             raise TableChanged(f"the key value {label!r} is not a label of the column "
                                f"({column_type}) any more") from None
 
-    if name == "enum":  # '' (an invalid value stored under a lax sql_mode) is index 0
-        return lambda value: None if value is None else (number(value) + 1 if value else 0)
+    if name == "enum":
+        # '' is index 0 (an invalid value stored under a lax sql_mode) unless it is a label
+        real_empty = norm("") in index
+        return lambda value: None if value is None else (
+            number(value) + 1 if value or real_empty else 0)
     return lambda value: None if value is None else sum(
         1 << number(item) for item in value.split(",") if item)
 

@@ -28,6 +28,11 @@ def test_enum_bounds_are_label_indexes() -> None:
     assert q.params(("",)) == [0]  # the invalid value '' stored under a lax sql_mode
 
 
+def test_an_empty_label_of_the_enum_is_bound_as_its_index() -> None:
+    q = _queries(("k", "enum('a','')"), ("v", "int"), collations={"k": "utf8mb4_bin"})
+    assert q.params(("",)) == [2] and q.params(("a",)) == [1]
+
+
 def test_set_bounds_are_bit_values() -> None:
     q = _queries(("k", "set('x','w','y')"), ("v", "int"), collations={"k": "utf8mb4_bin"})
     assert q.params(("w,y",)) == [6] and q.params(("",)) == [0] and q.params(("x",)) == [1]
