@@ -108,6 +108,15 @@ def test_truncate_in_a_forwarded_invisible_transaction_discards_the_chunk() -> N
     assert_replay_equals_source(out.events, db)
 
 
+def _big_unchanged_in_txid_1(item: LogItem) -> LogItem:
+    """Transaction 1's update as PostgreSQL logs an unchanged TOAST value: without ``big``."""
+    if isinstance(item, ChangeEvent) and item.op is Op.UPDATE and item.txid == 1:
+        after = {c: v for c, v in row_of(item.after or {}).items() if c != "big"}
+        return ChangeEvent(item.op, item.table, item.key, None, after, item.position,
+                           item.txid, item.commit_ts, item.old_key, ("big",))
+    return item
+
+
 def test_unchanged_toast_update_in_a_forwarded_invisible_transaction_is_refetched() -> None:
     """window.guard_forwarded: a forwarded update that lacks an unchanged TOAST column evicts
     the full chunk row without listing the key in ``refetch`` (on_change does). The consumer
@@ -118,15 +127,8 @@ def test_unchanged_toast_update_in_a_forwarded_invisible_transaction_is_refetche
         db.tables[t].rows[(k,)] = {"id": k, "big": f"large-{k}", "v": 0}
     db.transaction([("update", t, {"id": 3, "big": "large-3", "v": 1})])  # txid 1
 
-    def toast(item: LogItem) -> LogItem:
-        if isinstance(item, ChangeEvent) and item.op is Op.UPDATE and item.txid == 1:
-            after = {c: v for c, v in row_of(item.after or {}).items() if c != "big"}
-            return ChangeEvent(item.op, item.table, item.key, None, after, item.position,
-                               item.txid, item.commit_ts, item.old_key, ("big",))
-        return item
-
     reader = LaggingChunkReader(db, None, frozenset({1}))
-    _, out = _lagging_run(db, reader, transform=toast)
+    _, out = _lagging_run(db, reader, transform=_big_unchanged_in_txid_1)
     assert_replay_equals_source(out.events, db)
 
 
@@ -140,15 +142,8 @@ def test_unchanged_toast_key_change_in_a_forwarded_invisible_transaction_is_refe
     stale = {k: dict(r) for k, r in db.tables[t].rows.items()}  # what the SELECT sees
     db.transaction([("update", t, {"id": 100, "big": "large-3", "v": 1, "__old_key__": [3]})])
 
-    def toast(item: LogItem) -> LogItem:
-        if isinstance(item, ChangeEvent) and item.op is Op.UPDATE and item.txid == 1:
-            after = {c: v for c, v in row_of(item.after or {}).items() if c != "big"}
-            return ChangeEvent(item.op, item.table, item.key, None, after, item.position,
-                               item.txid, item.commit_ts, item.old_key, ("big",))
-        return item
-
     reader = LaggingChunkReader(db, stale, frozenset({1}))
-    _, out = _lagging_run(db, reader, transform=toast)
+    _, out = _lagging_run(db, reader, transform=_big_unchanged_in_txid_1)
     assert_replay_equals_source(out.events, db)
 
 
