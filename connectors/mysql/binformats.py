@@ -265,6 +265,10 @@ def _latin1(raw: bytes) -> str:
     return codecs.charmap_decode(raw, "strict", _LATIN1)[0]
 
 
+_TEXT_READERS: set[Prefixed] = set()  # one per charset (_text is cached)
+
+
+@functools.cache
 def _text(codec: str) -> Prefixed:
     try:
         name = codecs.lookup(codec).name
@@ -278,14 +282,14 @@ def _text(codec: str) -> Prefixed:
     def read(raw: bytes) -> str:
         return raw.decode(codec)
 
+    _TEXT_READERS.add(read)
     return read
 
 
 def is_text(convert: object) -> bool:
     """Whether a prefixed column's reader decodes text (it may fail on bytes invalid in the
     column's charset)."""
-    return convert is UTF8 or convert is _latin1 or getattr(
-        convert, "__qualname__", "") == "_text.<locals>.read"
+    return convert is UTF8 or convert is _latin1 or convert in _TEXT_READERS
 
 
 def _hex(raw: bytes) -> str:
