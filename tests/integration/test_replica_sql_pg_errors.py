@@ -58,3 +58,28 @@ def test_a_lock_timeout_in_the_copy_path_is_retried(url: str) -> None:
         assert out.live_rows(T) == {(1,): {"id": 1, "v": 2}}
     finally:
         out.close()
+
+
+def test_a_read_only_target_is_retried_until_it_takes_writes(url: str) -> None:
+    """A target that takes no writes for now (25006: a standby during a failover, here a
+    database set read-only) is retried, naming the primary; before, fatal."""
+    out = SqlOutput({"type": "sql", "url": url}, tables={T: INFO}.get)
+    out.bind("p", 1)
+    out.open(0)
+    admin = psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True)
+    database = admin.execute("SELECT current_database()").fetchone()
+    assert database is not None
+    try:
+        admin.execute(f'ALTER DATABASE "{database[0]}" SET default_transaction_read_only = on')
+        out.close()  # new sessions read the setting
+        with pytest.raises(RetryableOutputError, match=r"\(code 25006\).*primary"):
+            out.open(0)
+        admin.execute(f'ALTER DATABASE "{database[0]}" SET default_transaction_read_only = off')
+        out.close()  # the pooled sessions keep the setting they started with
+        out.open(0)  # the retry, once the target takes writes
+        out.write(_upsert(0x1000, 1, 1))
+        assert out.flush() == 3
+        assert out.live_rows(T) == {(1,): {"id": 1, "v": 1}}
+    finally:
+        admin.close()
+        out.close()

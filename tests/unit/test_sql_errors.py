@@ -56,3 +56,47 @@ def test_raw_sqlite_and_mysql_errors_are_classified_by_code() -> None:
 def test_other_exceptions_pass_unchanged() -> None:
     with pytest.raises(KeyError), translated("postgresql", "flushing t"):
         raise KeyError("x")
+
+
+def _sqlite_full() -> sqlite3.OperationalError:
+    """SQLite's own SQLITE_FULL: a database that may not grow past two pages."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.execute("PRAGMA max_page_count = 2")
+        conn.execute("CREATE TABLE t (x TEXT)")
+        conn.executemany("INSERT INTO t VALUES (?)", [("x" * 1000,)] * 100)
+    except sqlite3.OperationalError as exc:
+        return exc
+    finally:
+        conn.close()
+    raise AssertionError("SQLite did not fill up")
+
+
+@pytest.mark.parametrize("dialect, error, code", [
+    ("postgresql", psycopg.errors.DiskFull("could not extend file"), "53100"),
+    ("postgresql", psycopg.errors.IoError("could not write block"), "58030"),
+    ("mysql", MySQLdb.OperationalError(1021, "Disk full (/var/lib/mysql)"), "1021"),
+    ("mariadb", MySQLdb.OperationalError(1114, "The table 'b' is full"), "1114"),
+    ("sqlite", _sqlite_full(), "13"),
+])
+def test_a_full_disk_is_retried_like_the_delta_outputs(dialect: str, error: BaseException,
+                                                        code: str) -> None:
+    """A full or failing disk on the target is retryable (the Delta output's ENOSPC, EDQUOT,
+    EIO): before, each of these stopped the pipeline as fatal."""
+    raised = _raised(dialect, error)
+    assert isinstance(raised, RetryableOutputError)
+    assert f"(code {code})" in str(raised) and "disk" in str(raised)
+
+
+@pytest.mark.parametrize("dialect, error, code", [
+    ("postgresql", psycopg.errors.ReadOnlySqlTransaction("read-only transaction"), "25006"),
+    ("mysql", MySQLdb.OperationalError(1290, "running with the --read-only option"), "1290"),
+    ("mariadb", MySQLdb.OperationalError(1792, "Cannot execute in a READ ONLY transaction"),
+     "1792"),
+])
+def test_a_read_only_target_is_retried(dialect: str, error: BaseException, code: str) -> None:
+    """A target that accepts no writes for now (a standby during a failover, a primary set
+    read-only for maintenance) is retried, naming what to check: before, fatal."""
+    raised = _raised(dialect, error)
+    assert isinstance(raised, RetryableOutputError)
+    assert f"(code {code})" in str(raised) and "read-only" in str(raised)
