@@ -42,7 +42,15 @@ from dblog.spi import Checkpoint, Finding
 from . import sql_checkpoint as ckpt
 from .sql_errors import translated
 from .sql_kinds import DELETED, from_db, kind_of, kind_of_value, kinds_of, require_info
-from .sql_schema import Naming, ReplicaTable, add_columns, ensure, extra_unique, refusal
+from .sql_schema import (
+    Naming,
+    ReplicaTable,
+    add_columns,
+    ensure,
+    extra_unique,
+    refresh_view,
+    refusal,
+)
 from .sql_write import apply_table, purge, unknown_columns
 
 _DRIVERS = {"postgresql": "postgresql+psycopg", "mysql": "mysql+mysqldb",
@@ -222,6 +230,8 @@ class SqlOutput:
         """Each table plan with its replica table (created or evolved first: DDL runs outside
         the data transaction) and its decoded rows."""
         work = []
+        for stale in [r for r in self._replicas.values() if r.view_stale]:
+            refresh_view(self._require(), stale)  # its rebuild failed after the ALTER TABLE
         for table_plan in commit.plan.tables:
             replica = self._replica(table_plan.table)
             if table_plan.schema:

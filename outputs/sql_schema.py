@@ -7,8 +7,13 @@ primary key, and the guard columns ``_dblog_major``, ``_dblog_minor`` (BIGINT NO
 (tombstones hold only their key). The view ``<table>_live`` (``view_name``) shows the rows
 without tombstones and without the guard columns: readers use it.
 
-DDL runs outside the data transactions: MySQL and MariaDB commit implicitly before DDL, and
-every statement here is idempotent (a crash after it only leaves the table ready).
+DDL runs outside the data transactions: MySQL and MariaDB commit implicitly before DDL (and
+after each ALTER TABLE, as SQLite does: pysqlite opens no transaction before DDL), so every step
+here is idempotent and a crash or a failure between two steps is repaired by the next attempt:
+columns already added are not added again, a view that does not list the table's columns is
+rebuilt (at the next :func:`ensure`, or at the retry of a flush whose rebuild failed: the
+replica's ``view_stale``), and a table another writer created after the look for it is used as
+an existing one.
 """
 
 from __future__ import annotations
@@ -59,6 +64,8 @@ class ReplicaTable:
     """MySQL/MariaDB: the text key columns, whose keys are checked before a write."""
     key_collation: str = "utf8mb4_nopad_bin"
     """MySQL/MariaDB: the collation of text key columns this output creates."""
+    view_stale: bool = False
+    """Columns were added and the view not rebuilt since: :func:`refresh_view` before use."""
 
 
 @dataclass(frozen=True)
@@ -122,12 +129,20 @@ def _quoted(engine: Engine, schema: str | None, name: str) -> str:
     return f"{quote(schema)}.{quote(name)}" if schema else quote(name)
 
 
+def data_columns(inspector: Any, schema: str | None, name: str) -> list[str]:
+    """The columns of table or view ``name`` but the guard columns, in their order."""
+    return [c["name"] for c in inspector.get_columns(name, schema=schema)
+            if c["name"] not in GUARD_COLUMNS]
+
+
 def create_view(engine: Engine, replica: ReplicaTable) -> None:
-    """(Re)create the view without tombstones (after the table or its columns changed)."""
+    """(Re)create the view without tombstones (after the table or its columns changed): every
+    column of the table but the guard columns (those the source dropped too)."""
     quote = engine.dialect.identifier_preparer.quote
     table = replica.table
     view = _quoted(engine, table.schema, replica.view)
-    columns = ", ".join(quote(c) for c in replica.kinds)
+    columns = ", ".join(quote(c) for c in data_columns(sa.inspect(engine), table.schema,
+                                                       table.name))
     body = (f"AS SELECT {columns} FROM {_quoted(engine, table.schema, table.name)} "
             f"WHERE NOT {quote(DELETED)}")
     with engine.begin() as conn:
@@ -158,25 +173,42 @@ def _missing(name: str) -> FatalOutputError:
 
 
 def ensure(engine: Engine, info: TableInfo, naming: Naming, create: bool) -> ReplicaTable:
-    """The replica table of ``info``: created when missing (``create``), else checked, and
-    the source's columns it lacks added."""
+    """The replica table of ``info``: created when missing (``create``), else checked, the
+    source's columns it lacks added, and its view rebuilt when missing or when it does not
+    list the table's columns (a failure after an ALTER TABLE, before the view's rebuild)."""
     inspector = sa.inspect(engine)  # connects: the dialect knows its server from here on
     replica = _planned(engine, info, naming)
     name, view = replica.table.name, replica.view
     if not inspector.has_table(name, schema=naming.schema):
         if not create:
             raise _missing(name)
-        replica.table.create(engine)
-        create_view(engine, replica)
-        replica.key_texts = created_key_texts(replica, engine.dialect.name)
-        return replica
+        if _created(engine, replica):
+            return replica
+        inspector = sa.inspect(engine)  # another writer created it meanwhile
     existing = verified(engine, inspector, replica)
     added = {c: k for c, k in replica.kinds.items() if c not in existing}
     if added:
         add_columns(engine, replica, added)
-    elif view not in inspector.get_view_names(schema=naming.schema):
+    elif view not in inspector.get_view_names(schema=naming.schema) or data_columns(
+            inspector, naming.schema, view) != [c for c in existing if c not in GUARD_COLUMNS]:
         create_view(engine, replica)
     return replica
+
+
+def _created(engine: Engine, replica: ReplicaTable) -> bool:
+    """Create ``replica``'s table and view; False when the CREATE TABLE failed because the
+    table exists now (another pipeline, or a deposed leader, created it after the look for
+    it: a fresh look tells), the error otherwise."""
+    table = replica.table
+    try:
+        table.create(engine)
+    except sa.exc.DBAPIError:
+        if sa.inspect(engine).has_table(table.name, schema=table.schema):
+            return False
+        raise
+    create_view(engine, replica)
+    replica.key_texts = created_key_texts(replica, engine.dialect.name)
+    return True
 
 
 def verified(engine: Engine, inspector: Any, replica: ReplicaTable,
@@ -211,19 +243,32 @@ def refusal(engine: Engine, inspector: Any, info: TableInfo, naming: Naming,
 
 
 def add_columns(engine: Engine, replica: ReplicaTable, added: dict[str, ColumnKind]) -> None:
-    """Add columns (nullable) to the table and to its view."""
+    """Add columns (nullable) to the table and to its view. Each ALTER TABLE may commit by
+    itself (MySQL/MariaDB, SQLite): columns the table has already (an earlier attempt's) are
+    not added again, and the view is rebuilt at the next attempt when this one fails first
+    (``view_stale``)."""
     dialect = engine.dialect
     table = replica.table
     target = _quoted(engine, table.schema, table.name)
+    replica.view_stale = True
+    present = set(data_columns(sa.inspect(engine), table.schema, table.name))
     with engine.begin() as conn:
         for column, kind in added.items():
+            if column in present:
+                continue
             ddl = sa_type(kind, dialect.name, False).compile(dialect=dialect)
             conn.execute(sa.text(f"ALTER TABLE {target} ADD COLUMN "
                                  f"{dialect.identifier_preparer.quote(column)} {ddl}"))
     replica.kinds.update(added)
     replica.table = build_table(replica.source, table.name, table.schema, replica.kinds,
                                 replica.key, dialect.name, replica.key_collation)
+    refresh_view(engine, replica)
+
+
+def refresh_view(engine: Engine, replica: ReplicaTable) -> None:
+    """Rebuild the view, and mark it no longer stale once that succeeded."""
     create_view(engine, replica)
+    replica.view_stale = False
 
 
 def check_existing(inspector: Any, replica: ReplicaTable, existing: dict[str, Any],
