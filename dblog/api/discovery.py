@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from dblog.app.config import PipelineConfig
-from dblog.errors import DblogError
+from dblog.errors import DblogError, StateError
 
 
 class Directory(Protocol):
@@ -57,6 +57,7 @@ class FileDirectory:
     """The one embedded instance of a file state store."""
 
     def __init__(self, state_path: str, instance: str) -> None:
+        self.state_path = state_path
         self.path = Path(f"{state_path}.api.json")
         self.instance = instance
         self.info: dict[str, Any] | None = None
@@ -65,8 +66,16 @@ class FileDirectory:
         self.info = {"instance": self.instance, "api": url, "pid": os.getpid(),
                      "since": time.time(), "epoch": 0}
         partial = self.path.with_name(self.path.name + ".partial")
-        partial.write_text(json.dumps(self.info), encoding="utf-8")
-        os.replace(partial, self.path)
+        try:  # the folder is made as the state store makes it: the API starts first
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_text(json.dumps(self.info), encoding="utf-8")
+            os.replace(partial, self.path)
+        except OSError as exc:
+            raise StateError(
+                f"state.path {self.state_path}: cannot write the API's announcement "
+                f"{self.path} next to it: {exc.strerror or exc}",
+                fix=f"set state.path to a file in a folder the user that runs dblog can write, "
+                    f"or create {self.path.parent} and give that user write access") from exc
 
     def withdraw(self) -> None:
         current = read_file_announcement(self.path)

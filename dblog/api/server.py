@@ -86,7 +86,11 @@ class ApiServer:
         serve.start()
         sample.start()
         if self.directory is not None:
-            self.directory.announce(self.url)
+            try:
+                self.directory.announce(self.url)
+            except BaseException:
+                self._stop_serving()  # nothing was announced: nothing to withdraw
+                raise
         log.info("API at %s (token %s)", self.url, "required" if self.token else "not required")
         return self
 
@@ -105,6 +109,10 @@ class ApiServer:
                 self.directory.close()
             except DblogError as exc:
                 log.warning("withdrawing the API announcement: %s", exc)
+        self._stop_serving()
+
+    def _stop_serving(self) -> None:
+        self._stop.set()
         if self._server is not None:
             self._server.should_exit = True
         for thread in self._threads:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dblog.api.config import ApiConfig
 from dblog.app.configcheck import StrictLoader, register_secrets, strict_problems, yaml_problem
@@ -40,6 +40,15 @@ class StateConfig(RedactedRepr, BaseModel):
     connect_timeout_s: float = Field(15.0, gt=0)
     instance_id: str | None = None
     """How this instance appears in ``dblog status`` (default: host:pid)."""
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts_are_servers(cls, hosts: str | None) -> str | None:
+        problem = None if hosts is None else zookeeper_hosts_problem(hosts)
+        if problem:
+            raise ValueError(f"{problem} in {hosts!r}: write host:port[,host:port...][/chroot], "
+                             "e.g. zk1:2181,zk2:2181,zk3:2181")
+        return hosts
 
     @model_validator(mode="after")
     def _hosts_for_zookeeper(self) -> StateConfig:
@@ -69,11 +78,66 @@ class PipelineConfig(RedactedRepr, BaseModel):
     api: ApiConfig = Field(default_factory=ApiConfig)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
+    @field_validator("outputs")
+    @classmethod
+    def _one_place_per_output(cls, outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        problem = shared_output_path(outputs)
+        if problem:
+            raise ValueError(problem)
+        return outputs
+
     @model_validator(mode="after")
     def _initial_dumps_at_the_top(self) -> PipelineConfig:
         if self.engine.initial_dumps:
             raise ValueError("engine.initial_dumps is set by the top-level initial_dumps list")
         return self
+
+
+_ZK_SERVER = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+)(?::(.*))?$")
+
+
+def zookeeper_hosts_problem(hosts: str) -> str | None:
+    """What is wrong with a ZooKeeper connection string (kazoo's ``host:port,...[/chroot]``),
+    or None. kazoo itself raised a bare ValueError on a port that is no number, and retried
+    an empty server forever."""
+    if "://" in hosts:
+        return "not a URL"
+    if any(c.isspace() for c in hosts):
+        return "servers are separated by commas, without spaces"
+    for server in hosts.partition("/")[0].split(","):
+        match = _ZK_SERVER.match(server)
+        if not server or match is None:
+            return "an empty server" if not server else f"server {server!r} is not host:port"
+        port = match.group(2)
+        if port is not None and not (port.isascii() and port.isdigit()):
+            return f"port {port!r} is not a number"
+        if port is not None and not 1 <= int(port) <= 65535:
+            return f"port {port} is out of range (1-65535)"
+    return None
+
+
+_PATH_OUTPUTS = {"jsonl": "-", "delta": None}
+"""Output types that write to a path of their own, with their default path."""
+
+
+def shared_output_path(outputs: list[dict[str, Any]]) -> str | None:
+    """Two outputs that would write one file or folder (each cutting back the other's
+    lines, or two replicas in one Delta folder), named with the fix; or None."""
+    seen: dict[str, int] = {}
+    for index, raw in enumerate(outputs):
+        if not isinstance(raw, dict) or raw.get("type") not in _PATH_OUTPUTS:
+            continue
+        path = raw.get("path", _PATH_OUTPUTS[str(raw.get("type"))])
+        if not isinstance(path, str) or not path:
+            continue
+        place = path if path == "-" else path.rstrip("/") if "://" in path \
+            else os.path.abspath(path)
+        if place in seen:
+            return (f"outputs.{index}.path: {path!r} is also where outputs.{seen[place]} "
+                    "writes: two outputs cannot write one place (give each output its own "
+                    "path)")
+        seen[place] = index
+    return None
 
 
 def substitute(text: str, env: dict[str, str] | None = None) -> str:
