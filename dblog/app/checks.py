@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dblog.core.dumprequests import initial_dumps
+from dblog.core.dumps import validated_dump
 from dblog.core.model import TableInfo
-from dblog.errors import DblogError
+from dblog.errors import ConfigError, DblogError
 from dblog.formats.base import CheckableFormat, FormattedOutput, FormatWithRequirements
 from dblog.spi import Checkable, Finding, Output, SourceConnector
 from dblog.spi.findings import TableCheckable
@@ -19,6 +21,36 @@ from dblog.spi.source import ImageLoggingSource
 
 
 def findings(connector: SourceConnector, outputs: Sequence[Output]) -> list[Finding]:
+    """Every finding once: an output's checks that fail alike (an unreachable target) are
+    printed once."""
+    return list(dict.fromkeys(_findings(connector, outputs)))
+
+
+def initial_dump_findings(connector: SourceConnector,
+                          requests: Sequence[Sequence[str] | None],
+                          skip_unavailable: bool) -> list[Finding]:
+    """What the first ``dblog run`` would say of ``initial_dumps`` (the same check): an
+    error for a named table that does not exist, is not captured or has no key; with
+    ``engine.initial_dumps_skip_unavailable``, a warning per table left out."""
+    if all(tables is None for tables in requests):
+        return []
+    skipped: list[Finding] = []
+    reader = connector.chunk_reader()
+    try:
+        initial_dumps(lambda tables: validated_dump(reader, reader.table_info, tables, None,
+                                                    None),
+                      requests, skip_unavailable,
+                      lambda table, exc: skipped.append(Finding(
+                          "warning", f"initial_dumps: {table} is left out: {exc.message}",
+                          "correct the table name, or remove it from initial_dumps")))
+    except ConfigError as exc:
+        return [Finding("error", exc.message, exc.fix)]
+    finally:
+        reader.close()
+    return skipped
+
+
+def _findings(connector: SourceConnector, outputs: Sequence[Output]) -> list[Finding]:
     found = list(connector.check())
     for output in outputs:
         if isinstance(output, Checkable):
