@@ -120,9 +120,20 @@ def _error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}"
+            f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {_message(e)}"
             for e in exc.errors())
         return JSONResponse({"detail": problems, "errors": _plain(exc.errors())}, 422)
+
+
+def _message(error: Any) -> str:
+    """A validation error's words; a table name that is not ``schema.table`` is named with
+    the form, not with the pattern's regular expression."""
+    loc = [p for p in error["loc"] if p != "body"]
+    if error["type"] == "string_pattern_mismatch" and loc and loc[0] in ("table", "tables"):
+        return (f"{error['input']!r} is not schema.table (e.g. public.orders): a schema and a "
+                "table name of letters, digits, _, $ and - (the table's may also hold . and "
+                "spaces), up to 64 each")
+    return str(error["msg"])
 
 
 def _plain(errors: Any) -> Any:

@@ -46,14 +46,16 @@ def locate(config: PipelineConfig) -> dict[str, Any]:
 
 
 class ApiClient:
-    def __init__(self, url: str, token: str | None, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, token: str | None, timeout: float = 30.0,
+                 token_env: str | None = None) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.url = url
+        self.url, self.token_env = url, token_env
         self.http = httpx.Client(base_url=url, headers=headers, timeout=timeout)
 
     @classmethod
     def for_config(cls, config: PipelineConfig) -> ApiClient:
-        return cls(str(locate(config)["api"]), config.api.token())
+        return cls(str(locate(config)["api"]), config.api.token(),
+                   token_env=config.api.token_env)
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         response = self._send(method, path, body)
@@ -68,8 +70,18 @@ class ApiClient:
             except ValueError:
                 answer = {"detail": response.text}
             raise ApiRequestError(response.status_code, str(answer.get("detail")),
-                                  answer.get("fix"))
+                                  self._fix(response.status_code, answer.get("fix")))
         return response.json()
+
+    def _fix(self, status: int, fix: str | None) -> str | None:
+        """The server's fix; for a refused token, what to export for this command."""
+        if status != 401:
+            return fix
+        if self.token_env is None:
+            return ("the instance needs a token: set api.token_env in this configuration as "
+                    "in the running instance's, and export that variable")
+        return (f"export {self.token_env}=<the token the running instance was started with> "
+                "(api.token_env)")
 
     def _send(self, method: str, path: str, body: Any) -> httpx.Response:
         try:
