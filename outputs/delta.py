@@ -12,6 +12,16 @@ ahead of the checkpoint. That is sound because every commit is guarded: the engi
 from the checkpoint (or the state store), and the replayed changes are no-ops where they were
 applied (equal guards) and applied where not; the checkpoint, the scheme and the truncate
 barriers are only read from the checkpoint table, written last.
+
+A truncate is the exception: its delete leaves no tombstones, so only its barrier refuses the
+older changes a replay brings. A flush with a new barrier therefore writes the checkpoint row
+with the new barriers (and the old state and seq) *before* any truncate's delete, and ``open``
+deletes again below every stored barrier (a no-op once done: it covers a crash between the
+row and the delete). Honouring a stored barrier is sound whoever wrote it: it is the guard of
+a committed truncate of this pipeline's stream, identical on replay, so every change at or
+below it precedes the truncate and is cleared by it. A deposed leader cannot store one after
+its successor opened: the row is a fenced commit like the data (the successor claims the
+checkpoint table before reading it), and the successor's deletes come after its claims.
 """
 
 from __future__ import annotations
@@ -161,15 +171,21 @@ class DeltaOutput:
 
     def open(self, committed_seq: int) -> None:
         """Claim the checkpoint table and every existing replica table for this epoch, and
-        restore the scheme and truncate barriers."""
+        restore the scheme and truncate barriers (deleting again below each)."""
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             ckpt = self._ckpt = CheckpointTable(self.root / "_dblog_checkpoint", self.pipeline,
                                                 self.epoch)
             stored = ckpt.open()
             self._claimed = set(self._table_folders())
-            for path in self._claimed:
-                dtab.claim(DeltaTable(str(path)), self.pipeline, self.epoch)
+            tables = {path: DeltaTable(str(path)) for path in self._claimed}
+            for table in tables.values():
+                dtab.claim(table, self.pipeline, self.epoch)
+            props = dtab.commit_properties(self.pipeline, self.epoch, committed_seq)
+            for source, barrier in stored.barriers.items():  # see the module docstring
+                found = tables.get(self._path(source))
+                if found is not None:
+                    found.delete(dtab.guard_below(barrier), commit_properties=props)
         except Exception as exc:
             raise classify(exc, f"opening {self.name}") from exc
         self._progress.restore(stored.scheme, stored.barriers, stored.checkpoint(self.pipeline),
@@ -227,6 +243,8 @@ class DeltaOutput:
         through = commit.through
         try:
             ckpt.check()
+            if commit.plan.barriers != self._progress.state.barriers:  # before the deletes
+                ckpt.write(None, commit.scheme, dict(commit.plan.barriers), through)
             self.merge_metrics = [self._apply(t, through) for t in commit.plan.tables]
             ckpt.write(commit.checkpoint, commit.scheme, dict(commit.plan.barriers), through)
             self._maintain(commit.checkpoint, through)

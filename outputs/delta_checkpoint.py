@@ -1,5 +1,6 @@
 """The sink checkpoint of the Delta output: one row per pipeline in the ``_dblog_checkpoint``
-Delta table beside the replica tables, written last in each flush under the same epoch fence
+Delta table beside the replica tables, written last in each flush (and, in a flush with a
+new truncate barrier, first too: see :mod:`dblog.outputs.delta`) under the same epoch fence
 as the data commits (:mod:`dblog.outputs.delta_table`). It holds the leader epoch, the
 pipeline state the engine adopts, and the guard scheme and truncate barriers the apply core
 needs after a restart."""
@@ -60,18 +61,21 @@ class CheckpointTable:
 
     def write(self, covered: Checkpoint | None, scheme: str | None,
               barriers: dict[TableId, Guard], seq: int) -> None:
-        """Replace the pipeline's row (fenced): the state when ``covered``, else the last."""
+        """Replace the pipeline's row (fenced): the state when ``covered``, else the one
+        stored (a flush with a new truncate barrier writes it so before its deletes)."""
         table = self.table
         assert table is not None
         dtab.check_epoch(table, self.pipeline, self.epoch)
+        row = self.row
         if covered is not None:
             position = covered.state.get("position")
-            self.row = {"seq": covered.seq, "state": orjson.dumps(covered.state).decode(),
-                        "position": position if isinstance(position, str) else None}
+            row = {"seq": covered.seq, "state": orjson.dumps(covered.state).decode(),
+                   "position": position if isinstance(position, str) else None}
         data = pa.Table.from_pylist([{"pipeline": self.pipeline, "epoch": self.epoch,
-                                      **self.row, "scheme": scheme,
+                                      **row, "scheme": scheme,
                                       "barriers": encode_barriers(barriers)}], schema=SCHEMA)
         quoted = self.pipeline.replace("'", "''")
         write_deltalake(table, data, mode="overwrite", predicate=f"pipeline = '{quoted}'",
                         commit_properties=dtab.commit_properties(self.pipeline, self.epoch,
                                                                  seq))
+        self.row = row  # only once stored: a later row without a state must not claim it

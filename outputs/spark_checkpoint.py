@@ -1,7 +1,8 @@
 """The sink checkpoint of the Spark output's Delta sink: the ``delta`` output's
 ``_dblog_checkpoint`` table (:mod:`dblog.outputs.delta_checkpoint`: same schema, one row per
 pipeline), written through delta-spark with a MERGE on ``pipeline`` after the data of each
-flush, under the same epoch fence (:mod:`dblog.outputs.spark_target`)."""
+flush (and before a truncate's DELETE: :meth:`SparkCheckpointTable.store_barrier`), under the
+same epoch fence (:mod:`dblog.outputs.spark_target`)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ class SparkCheckpointTable:
     def __init__(self, spark: SparkSession, table: SparkDeltaTable, fence: Fence) -> None:
         self.spark, self.table, self.fence = spark, table, fence
         self.row: dict[str, Any] = {"seq": 0, "position": None, "state": None}
+        self.stored: tuple[str | None, dict[TableId, Guard]] = (None, {})
+        """The scheme and barriers in the stored row."""
 
     def open(self, reopen: Any) -> StoredCheckpoint:
         """Create the table when missing, claim it, read the pipeline's row. ``reopen``
@@ -60,8 +63,8 @@ class SparkCheckpointTable:
         row = rows[-1]
         self.row = {k: row[k] for k in ("seq", "position", "state")}
         state = orjson.loads(row["state"]) if row["state"] else None
-        return StoredCheckpoint(int(row["epoch"]), int(row["seq"]), state, row["scheme"],
-                                decode_barriers(row["barriers"] or "[]"))
+        self.stored = (row["scheme"], decode_barriers(row["barriers"] or "[]"))
+        return StoredCheckpoint(int(row["epoch"]), int(row["seq"]), state, *self.stored)
 
     def _empty(self) -> None:
         arrow_frame(self.spark, SCHEMA.empty_table()).write.format("delta").mode("append") \
@@ -69,13 +72,15 @@ class SparkCheckpointTable:
 
     def write(self, covered: Checkpoint | None, scheme: str | None,
               barriers: dict[TableId, Guard], seq: int) -> None:
-        """Replace the pipeline's row (fenced): the state when ``covered``, else the last."""
+        """Replace the pipeline's row (fenced): the state when ``covered``, else the one
+        stored."""
+        row = self.row
         if covered is not None:
             position = covered.state.get("position")
-            self.row = {"seq": covered.seq, "state": orjson.dumps(covered.state).decode(),
-                        "position": position if isinstance(position, str) else None}
+            row = {"seq": covered.seq, "state": orjson.dumps(covered.state).decode(),
+                   "position": position if isinstance(position, str) else None}
         data = pa.Table.from_pylist([{"pipeline": self.fence.pipeline,
-                                      "epoch": self.fence.epoch, **self.row, "scheme": scheme,
+                                      "epoch": self.fence.epoch, **row, "scheme": scheme,
                                       "barriers": encode_barriers(barriers)}], schema=SCHEMA)
         view = f"dblog_ckpt_{id(self)}"
         arrow_frame(self.spark, data).createOrReplaceTempView(view)
@@ -89,3 +94,12 @@ class SparkCheckpointTable:
             self.fence.commit(self.table, seq, merge)
         finally:
             self.spark.catalog.dropTempView(view)
+        self.row, self.stored = row, (scheme, dict(barriers))  # only once stored
+
+    def store_barrier(self, table: TableId, barrier: Guard, seq: int) -> None:
+        """Store ``barrier`` for ``table`` in the row (its state, seq and scheme as stored)
+        before the truncate's DELETE: the DELETE leaves no tombstones, and a crash before
+        the flush's last row would lose the barrier that refuses older replayed changes."""
+        scheme, barriers = self.stored
+        if table not in barriers or barriers[table] < barrier:
+            self.write(None, scheme, {**barriers, table: barrier}, seq)

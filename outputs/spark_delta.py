@@ -17,6 +17,11 @@ As with the ``delta`` output, a crash between two tables' commits leaves some ta
 the checkpoint, which is sound: every MERGE is guarded, and an append holds only keys no
 stored row had (a replay finds them stored and MERGEs), so the replay is a no-op where it was
 applied.
+
+A truncate's DELETE leaves no tombstones, so its barrier alone refuses the older changes a
+replay brings: as in the ``delta`` output (whose docstring argues it sound, fencing included),
+the checkpoint row stores the new barrier (with the stored state and seq) before the DELETE,
+and ``open`` deletes again below every stored barrier (a crash between the two).
 """
 
 from __future__ import annotations
@@ -189,7 +194,8 @@ class SparkDeltaWriter:
             stored = self.checkpoint.open(lambda: self._table(NAME))
         pattern = name_pattern(self.config.table_path if self.config.path
                                else self.config.table_name)
-        for name in self._existing():
+        names = self._existing()
+        for name in names:
             table = self._table(name)
             snap = self.fence.check(table)
             match = pattern.match(name)
@@ -200,7 +206,17 @@ class SparkDeltaWriter:
                 check_layout(table, snap, kinds, info.key_columns)
             if snap.key is not None:
                 self.fence.claim(table, self._empty(table), snap)
+        self._clear_below(stored, set(names))
         return stored
+
+    def _clear_below(self, stored: StoredCheckpoint, names: set[str]) -> None:
+        """Delete again below each stored barrier (a no-op where its DELETE landed)."""
+        for source, barrier in stored.barriers.items():
+            name = self._name(source)
+            if name in names:
+                table = self._table(name)
+                where = dtab.guard_below(barrier)
+                self.fence.commit(table, stored.seq, partial(self._delete, table, where))
 
     def _existing(self) -> list[str]:
         """Names of the Delta tables beside the checkpoint (folders, or catalog tables)."""
@@ -237,8 +253,10 @@ class SparkDeltaWriter:
         truncates hold for one Kafka partition)."""
         replica = self._replica(plan.table)
         if plan.truncate is not None:
+            if self.checkpoint is not None:  # the barrier before its DELETE (module docstring)
+                self.checkpoint.store_barrier(plan.table, plan.truncate, seq)
             where = truncate_where or dtab.guard_below(plan.truncate)
-            self.fence.commit(replica.table, seq, lambda: self._delete(replica, where))
+            self.fence.commit(replica.table, seq, partial(self._delete, replica.table, where))
         rows = decoded_rows(plan)
         added = add_row_kinds(replica.kinds, rows, lambda: self.lookup(replica.source))
         changes = kept.with_kept(list(zip(plan.changes, rows, strict=True)),
@@ -293,10 +311,10 @@ class SparkDeltaWriter:
                                 lambda: writer.save(replica.table.location))
         return {"num_target_rows_inserted": source.num_rows, "appended": True}
 
-    def _delete(self, replica: Replica, where: str) -> None:
+    def _delete(self, table: SparkDeltaTable, where: str) -> None:
         """A DELETE's result does not tell a skipped commit (nor one that matched nothing
         and committed nothing): the fence's check after it is what refuses."""
-        self.spark.sql(f"DELETE FROM {replica.table.ident} WHERE {where}").collect()
+        self.spark.sql(f"DELETE FROM {table.ident} WHERE {where}").collect()
 
     def _merge(self, replica: Replica, source: pa.Table, seq: int,
                added: bool) -> dict[str, Any]:
@@ -366,7 +384,7 @@ class SparkDeltaWriter:
         """Delete tombstones below ``bound`` in every table this run wrote."""
         for replica in self.replicas.values():
             where = f"{DELETED} AND ({dtab.guard_below(bound)})"
-            self.fence.commit(replica.table, seq, partial(self._delete, replica, where))
+            self.fence.commit(replica.table, seq, partial(self._delete, replica.table, where))
 
     def tables(self) -> Iterable[Replica]:
         return self.replicas.values()

@@ -4,15 +4,16 @@ SQL output on SQLite, PostgreSQL and MariaDB, and the Delta output.
 A replica output is an Output, a CheckpointingOutput and PipelineBound: after any sequence of
 batches, flushes, restarts and replays of stream suffixes, the target's tables as a reader sees
 them (tombstones hidden) equal the naive replay of the stream up to what the output
-acknowledged, never an older state; a deposed leader's commit is refused by the target; the
-checkpoint, the truncate barriers and the guard scheme survive restarts.
+acknowledged, never an older state (also across a kill at any commit of a flush); a deposed
+leader's commit is refused by the target; the checkpoint, the truncate barriers and the guard
+scheme survive restarts.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -41,6 +42,7 @@ from tests.replica_targets import (
     SqlTarget,
     Target,
     int_info,
+    make_target,
     target_fixture,
 )
 from tests.unit.test_replica_sim import TABLES, Source, boundaries, lsn, reference
@@ -262,6 +264,120 @@ def _numbered(groups: Sequence[list[ChangeEvent]]) -> list[ChangeEvent]:
     for seq, event in enumerate(events, 1):
         event.seq = seq
     return events
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL at one commit of a flush."""
+
+
+CommitPoints = Sequence[tuple[object, str]]
+"""The calls of a target's output that each write one commit (owner, attribute)."""
+
+
+def commit_points(kind: str) -> CommitPoints:
+    """``kind``'s commits: the SQL output's flush is one transaction (killed inside it);
+    the Delta output's are the checkpoint row, the truncate's delete and the MERGE/append."""
+    if kind != "delta":
+        from dblog.outputs import sql as sql_output
+
+        return [(sql_output, "apply_table")]
+    from deltalake import DeltaTable
+
+    from dblog.outputs import delta_checkpoint, delta_table
+
+    return [(delta_checkpoint.CheckpointTable, "write"), (DeltaTable, "delete"),
+            (delta_table, "merge"), (delta_table, "append")]
+
+
+def _kill_at(patch: pytest.MonkeyPatch, points: CommitPoints, at: int) -> None:
+    """Raise Killed instead of the ``at``-th (from 0) call of any of ``points``."""
+    calls = itertools.count()
+    for owner, name in points:
+        real = getattr(owner, name)
+
+        def killing(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            if next(calls) == at:
+                raise Killed
+            return _real(*args, **kwargs)
+
+        patch.setattr(owner, name, killing)
+
+
+def _truncate_a(txn: int) -> list[ChangeEvent]:
+    base = 0x100 * txn
+    return [ChangeEvent(Op.BEGIN, None, position=lsn(base)),
+            ChangeEvent(Op.TRUNCATE, A, position=lsn(base + 1)),
+            ChangeEvent(Op.COMMIT, None, position=lsn(base + 2))]
+
+
+def _at_seq(events: Sequence[ChangeEvent], seq: int) -> Checkpoint:
+    position = events[seq - 1].position
+    assert position is not None
+    return Checkpoint("contract", 1, {"position": position.encode(), "seq": seq, "dumps": []})
+
+
+def truncating_flush_crashes(fresh: Callable[[], Target], points: CommitPoints,
+                             only: Sequence[int] = ()) -> int:
+    """A fresh target per crash point: a flush holding a truncate (seq 10-12) and a later
+    insert is killed at its ``at``-th commit; the restarted output replays from the stored
+    checkpoint (seq 6) a change older than the truncate: a reader never sees the table go
+    back (a truncated row come back); the whole replay ends equal to the source. Returns
+    the number of crash points (the flush that was not killed); ``only``: these points."""
+    events = _numbered([_change(Op.INSERT, 1, 1, 1), _change(Op.INSERT, 2, 2, 2),
+                        _change(Op.UPDATE, 1, 3, 3), _truncate_a(4), _change(Op.INSERT, 5, 5, 5)])
+    states = [s[A] for s in reference(events)]
+    order = [states[9], states[12], states[15]]  # what a reader may see, in stream order
+    for at in only or range(99):
+        target = fresh()
+        output = target.new_output()
+        output.open(0)
+        output.write(events[:9])
+        output.flush_checkpoint(_at_seq(events, 6))  # the engine's checkpoint lags the data
+        output.write(events[9:])
+        with pytest.MonkeyPatch.context() as patch:
+            _kill_at(patch, points, at)
+            try:
+                assert output.flush_checkpoint(_at_seq(events, 15)) == 15
+                assert target.live(A) == states[15]
+                return at
+            except Killed:
+                output.discard()
+        seen = target.live(A)
+        restarted = target.new_output()
+        restarted.open(6)
+        assert restarted.committed_checkpoint() == _at_seq(events, 6)
+        restarted.write(events[6:9])  # the replay, flushed before it reaches the truncate
+        restarted.flush()
+        after = target.live(A)
+        assert seen in order and after in order, (at, seen, after)
+        assert order.index(after) >= order.index(seen), (at, seen, after)
+        restarted.write(events[9:])
+        restarted.flush()
+        assert target.live(A) == states[15], at
+    return len(only)
+
+
+@pytest.mark.parametrize("kind", TARGETS)
+def test_a_crash_in_a_truncating_flush_never_brings_truncated_rows_back(
+        kind: str, request: pytest.FixtureRequest, tmp_path: Path,
+        infos: dict[TableId, TableInfo]) -> None:
+    """Delta has no transaction across tables: the truncate's delete (no tombstones left)
+    used to commit before the checkpoint row that stores its barrier, so a crash between
+    them and a replay from the stored checkpoint inserted the truncated rows again."""
+    made: list[Target] = []
+
+    def fresh() -> Target:
+        folder = tmp_path / str(len(made))
+        folder.mkdir()
+        made.append(make_target(kind, request, folder, infos.get))
+        return made[-1]
+
+    try:
+        points = truncating_flush_crashes(fresh, commit_points(kind))
+    finally:
+        for target in made:
+            target.close()
+    assert points == (1 if kind != "delta" else 4)
 
 
 def test_tombstones_are_hidden_kept_and_purged_by_margin(target: Target) -> None:
