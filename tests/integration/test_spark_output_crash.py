@@ -80,7 +80,7 @@ def _jvms(app: str) -> list[str]:
 def test_sigkill_during_dump_with_the_spark_output(pg_dsn: str, spark_session: SparkSession,
                                                     tmp_path: Path) -> None:
     kit = Kit("postgres", pg_dsn)
-    kit.create_schema(rows=3000)
+    kit.create_schema(rows=2000)
     app = f"dblog-crash-{tmp_path.name[-12:]}"
     output = {"type": "spark", "master": "local[2]", "app_name": app, "commit_interval_s": 2,
               "conf": {"spark.driver.memory": "1g", "spark.ui.enabled": "false",
@@ -94,7 +94,7 @@ def test_sigkill_during_dump_with_the_spark_output(pg_dsn: str, spark_session: S
                                     tables=json.dumps(kit.tables)))
     rng = random.Random(3)
     kills_mid_dump = 0
-    with PacedWriters(kit.dsn, 3000, count=2, pause_s=0.01) as writers:
+    with PacedWriters(kit.dsn, 2000, count=2, pause_s=0.05) as writers:
         for _ in range(2):
             before = (_dump_progress(state) or (0, ""))[0]
             proc = _start(config, log)
@@ -129,6 +129,6 @@ def test_sigkill_during_dump_with_the_spark_output(pg_dsn: str, spark_session: S
             assert spark_rows(spark_session, tmp_path / "delta", lookup, table) == rows, table
     finally:
         reader.close()
-    assert sum(map(len, expected.values())) > 4000
+    assert sum(map(len, expected.values())) > 3000
     assert TableId.parse(kit.table("t_int")) in expected
     wait_until(lambda: not _jvms(app), 60, "the last child's JVM to exit")
