@@ -8,8 +8,11 @@ new rows, whether the source logs it for every captured table
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
+from dblog.app.config import PipelineConfig
 from dblog.core.dumprequests import initial_dumps
 from dblog.core.dumps import validated_dump
 from dblog.core.model import TableInfo
@@ -24,6 +27,39 @@ def findings(connector: SourceConnector, outputs: Sequence[Output]) -> list[Find
     """Every finding once: an output's checks that fail alike (an unreachable target) are
     printed once."""
     return list(dict.fromkeys(_findings(connector, outputs)))
+
+
+def setup_findings(config: PipelineConfig) -> list[Finding]:
+    """What would stop ``dblog run`` before the source is read: a state file it cannot
+    write (with a file state), an API token variable that is not set."""
+    found = []
+    if config.state.type == "file":
+        problem = _unwritable(Path(config.state.path))
+        if problem:
+            found.append(Finding(
+                "error", f"state.path {config.state.path}: {problem}",
+                "set state.path to a file in a folder the user that runs dblog can write"))
+    if config.api.enabled:
+        try:
+            config.api.token()
+        except ConfigError as exc:
+            found.append(Finding("error", exc.message, exc.fix))
+    return found
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why the state file ``path`` (or its folder, created when missing) cannot be written,
+    or None."""
+    if path.is_dir():
+        return "is a folder, not a file"
+    folder = path.parent.absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"the folder {folder} cannot be written by this user"
+    return None
 
 
 def initial_dump_findings(connector: SourceConnector,

@@ -74,13 +74,14 @@ def _run_until_signal(runner: _Stoppable) -> int:
 
 
 def _check(config: PipelineConfig) -> int:
-    from dblog.app.checks import findings, initial_dump_findings
+    from dblog.app.checks import findings, initial_dump_findings, setup_findings
     from dblog.app.plugins import build_connector, build_output
 
+    found = setup_findings(config)
     connector = build_connector(config.source, config.name)
     try:
         outputs = [build_output(raw, i) for i, raw in enumerate(config.outputs)]
-        found = findings(connector, outputs)
+        found += findings(connector, outputs)
         found += initial_dump_findings(
             connector, [None if d.tables is None else d.tables for d in config.initial_dumps],
             config.engine.initial_dumps_skip_unavailable)

@@ -75,3 +75,31 @@ def test_the_same_finding_is_printed_once() -> None:
     found = findings(MemoryConnector(db), [TwiceFailing()])  # type: ignore[list-item]
     assert [(f.level, f.message) for f in found if f.level == "error"] == [
         ("error", "sql:postgresql://u:***@h:1/x: connection refused")]
+
+
+def test_a_state_path_run_cannot_write_is_an_error_of_check(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    for path in (f"{blocker}/state.json", str(tmp_path)):
+        status, out = _check(tmp_path, monkeypatch, capsys, f"state: {{path: '{path}'}}\n")
+        errors = [line for line in out.splitlines() if line.startswith("ERROR")]
+        assert status == 1 and len(errors) == 1, out
+        assert errors[0].startswith(f"ERROR    state.path {path}: "), out
+        assert "fix: " in out.split(errors[0], 1)[1]
+    status, out = _check(tmp_path, monkeypatch, capsys,
+                         f"state: {{path: '{tmp_path}/new/folder/state.json'}}\n")
+    assert status == 0 and "ERROR" not in out, out
+
+
+def test_an_unset_api_token_variable_is_an_error_of_check(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("H25_CHECK_TOKEN", raising=False)
+    status, out = _check(tmp_path, monkeypatch, capsys, "api: {token_env: H25_CHECK_TOKEN}\n")
+    assert status == 1 and "ERROR    api.token_env names H25_CHECK_TOKEN" in out, out
+    assert "fix: export H25_CHECK_TOKEN=" in out
+    monkeypatch.setenv("H25_CHECK_TOKEN", "s3cret-token")
+    status, out = _check(tmp_path, monkeypatch, capsys, "api: {token_env: H25_CHECK_TOKEN}\n")
+    assert status == 0 and "s3cret-token" not in out, out
