@@ -81,7 +81,7 @@ class PipelineConfig(RedactedRepr, BaseModel):
     @field_validator("outputs")
     @classmethod
     def _one_place_per_output(cls, outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        problem = shared_output_path(outputs)
+        problem = shared_output_path(outputs) or shared_transactional_id(outputs)
         if problem:
             raise ValueError(problem)
         return outputs
@@ -137,6 +137,25 @@ def shared_output_path(outputs: list[dict[str, Any]]) -> str | None:
                     "writes: two outputs cannot write one place (give each output its own "
                     "path)")
         seen[place] = index
+    return None
+
+
+def shared_transactional_id(outputs: list[dict[str, Any]]) -> str | None:
+    """Two exactly-once Kafka outputs with one transactional id (``dblog-<name>`` when
+    unset): each one's ``init_transactions`` would fence the other; or None."""
+    seen: dict[object, int] = {}
+    for index, raw in enumerate(outputs):
+        if not isinstance(raw, dict) or raw.get("type") != "kafka" \
+                or raw.get("delivery") != "exactly-once":
+            continue
+        tid = raw.get("transactional_id")
+        if tid in seen:
+            named = "the default dblog-<name>" if tid is None else repr(tid)
+            return (f"outputs.{index}.transactional_id: outputs.{seen[tid]} and outputs."
+                    f"{index} are exactly-once Kafka outputs with one transactional id "
+                    f"({named}): each would fence the other (give each its own "
+                    "transactional_id, the same on every instance of the pipeline)")
+        seen[tid] = index
     return None
 
 

@@ -127,3 +127,27 @@ def test_outputs_in_different_places_are_taken(tmp_path: Path) -> None:
 def test_a_conflict_is_a_config_error_for_embedders_too(tmp_path: Path) -> None:
     with pytest.raises(ConfigError):
         load_config(_write(tmp_path, "outputs: [{type: jsonl}, {type: jsonl}]\n"))
+
+
+KAFKA = "{type: kafka, bootstrap_servers: 'k:9092', delivery: exactly-once"
+
+
+@pytest.mark.parametrize("outputs", [
+    f"outputs: [{KAFKA}, topic: 'a.{{table}}'}}, {KAFKA}, topic: 'b.{{table}}'}}]\n",
+    f"outputs: [{KAFKA}, transactional_id: t}}, {{type: jsonl}}, {KAFKA}, "
+    "transactional_id: t}]\n",
+])
+def test_two_exactly_once_kafka_outputs_with_one_transactional_id_are_refused(
+        tmp_path: Path, outputs: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_config(_write(tmp_path, outputs))
+    message = refused.value.message
+    assert "transactional_id" in message and "fence" in message, message
+    assert "give each its own transactional_id" in message, message
+
+
+def test_exactly_once_kafka_outputs_with_their_own_ids_are_taken(tmp_path: Path) -> None:
+    config = load_config(_write(tmp_path, f"outputs: [{KAFKA}, transactional_id: a}}, "
+                                          f"{KAFKA}, transactional_id: b}}, "
+                                          "{type: kafka, bootstrap_servers: 'k:9092'}]\n"))
+    assert len(config.outputs) == 3
