@@ -76,9 +76,11 @@ class Kit:
     def create_schema(self, rows: int) -> None:
         create_schema(self.dsn, rows, dialect=self.kind)
 
-    def writers(self, rows: int, count: int = 3, seed: int = 1) -> Writers:
-        """``count`` unpaced writer threads: each commits as fast as the server takes it."""
-        return Writers(self.dsn, rows, count, seed, dialect=self.kind)
+    def writers(self, rows: int, count: int = 3, seed: int = 1,
+                pause_s: float = 0.0) -> Writers:
+        """``count`` writer threads: each commits as fast as the server takes it, or waits
+        ``pause_s`` after each transaction (outputs slower than the source keep up)."""
+        return Writers(self.dsn, rows, count, seed, dialect=self.kind, pause_s=pause_s)
 
     def create_int_table(self, rows: int) -> None:
         """ver_seq and t_int (id, ver, v) with ``rows`` rows."""

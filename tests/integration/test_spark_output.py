@@ -105,7 +105,7 @@ def test_central_scenario_into_delta_and_kafka_through_spark(
     output = SparkOutput(config, tables=lookup, session=spark_session)
     pipeline = _pipeline(pg, output, tmp_path).start(wait_ready=300)
     try:
-        with pg.writers(rows=1000, count=3) as writers:
+        with pg.writers(rows=1000, count=3, pause_s=0.02) as writers:
             dump_id = pipeline.dump(pg.tables)
             wait_until(lambda: dump_state(pipeline, dump_id) == "done", 600, "the dump")
             wait_until(lambda: writers.committed > 100, 60, "100 writer transactions")

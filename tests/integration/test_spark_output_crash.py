@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import psycopg
 import pytest
 
 from dblog.core.model import TableId
@@ -25,7 +24,6 @@ from .sources import Kit
 from .test_crash import _dump_progress, _start
 from .test_kafka_output_pipeline import _wait_state_position
 from .test_spark_output import source_tables, spark_rows
-from .workload import Writers, _statement
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -48,27 +46,6 @@ engine:
 initial_dumps:
   - tables: {tables}
 """
-
-
-class PacedWriters(Writers):
-    """The workload's PostgreSQL writers, ``pause_s`` between transactions: unpaced writers
-    commit faster than a local Spark session on two loaded cores MERGEs, and a capture that
-    falls ever further behind never sees a dump's watermarks."""
-
-    def _run(self, seed: int) -> None:
-        rng = random.Random(seed)
-        try:
-            with psycopg.connect(self.dsn) as conn:
-                while not self.stop_event.wait(self.pause_s):
-                    try:
-                        with conn.transaction():
-                            for _ in range(rng.randint(1, 4)):
-                                conn.execute(*_statement(rng, self.rows))
-                        self.committed += 1
-                    except (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected):
-                        pass
-        except BaseException as exc:  # surfaced by the test
-            self.errors.append(exc)
 
 
 def _jvms(app: str) -> list[str]:
@@ -94,7 +71,9 @@ def test_sigkill_during_dump_with_the_spark_output(pg_dsn: str, spark_session: S
                                     tables=json.dumps(kit.tables)))
     rng = random.Random(3)
     kills_mid_dump = 0
-    with PacedWriters(kit.dsn, 2000, count=2, pause_s=0.05) as writers:
+    # paced: unpaced writers commit faster than a local Spark session on two loaded cores
+    # MERGEs, and a capture that falls ever further behind never sees a dump's watermarks
+    with kit.writers(2000, count=2, pause_s=0.05) as writers:
         for _ in range(2):
             before = (_dump_progress(state) or (0, ""))[0]
             proc = _start(config, log)

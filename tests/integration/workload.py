@@ -159,6 +159,8 @@ class Writers:
                         self.committed += 1
                     except (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected):
                         pass
+                    if self.pause_s:
+                        self.stop_event.wait(self.pause_s)
         except BaseException as exc:  # surfaced by the test
             self.errors.append(exc)
 
