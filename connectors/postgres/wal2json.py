@@ -84,7 +84,8 @@ _UNSEEN: Any = object()
 
 
 class _TableMeta:
-    __slots__ = ("columns", "key_columns", "key_of", "reread_for", "table", "watermark")
+    __slots__ = ("columns", "key_columns", "key_of", "reread_for", "table", "types",
+                 "watermark")
 
     def __init__(self, table: TableId, watermark: bool, key_columns: tuple[str, ...]) -> None:
         self.table = table
@@ -95,6 +96,9 @@ class _TableMeta:
         self.reread_for: frozenset[str] | None = None
         """The columns of the update that last made the catalog be read again: an update
         of the same columns does not read it again (a backlog, TOAST values left out)."""
+        self.types: dict[str, str] = {}
+        """Column name to the type its last row was logged under; a new dict when one
+        changes, so events share one until then (never changed once handed out)."""
 
 
 def _key_getter(columns: tuple[str, ...]) -> Callable[[Row], Key]:
@@ -228,7 +232,8 @@ class Wal2JsonDecoder:
                 if old_key is not None or len(identity) > len(meta.key_columns):
                     before = identity
         return ChangeEvent(op, meta.table, key, before, after, Lsn(header_lsn), msg.xid,
-                           msg.timestamp, old_key, unchanged)
+                           msg.timestamp, old_key, unchanged,
+                           types=_logged_types(meta, msg.columns or msg.identity or ()))
 
     def _watermark(self, after: Row | None, header_lsn: int, op: Op) -> Watermark | None:
         if op is Op.DELETE or after is None or after.get("name") != self.instance:
@@ -273,6 +278,18 @@ class Wal2JsonDecoder:
             meta.reread_for = frozenset(after)  # the table changed: DDL
             return self.columns_of(meta.table, True), True
         return names, False
+
+
+def _logged_types(meta: _TableMeta, columns: Sequence[Column]) -> Mapping[str, str]:
+    """The types the row was logged under (wal2json's include-types: the type of the catalog
+    at the change, ``format_type`` with typmod), as one mapping per table until one changes
+    (``ALTER COLUMN ... TYPE``, which PostgreSQL does not log): formats map values by them."""
+    types = meta.types
+    for column in columns:
+        if types.get(column.name) != column.type:
+            meta.types = types = {**types, **{c.name: c.type for c in columns}}
+            break
+    return types
 
 
 def _key(meta: _TableMeta, image: Row | None) -> Key | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -87,7 +88,10 @@ class ChangeEvent(msgspec.Struct, gc=False):
     ``key`` is the key of the row after the change (before it for deletes); ``old_key`` is set
     only when an update changed the key. ``unchanged`` names columns the source did not send
     (PostgreSQL TOAST): they are absent from ``after`` and keep their previous value.
-    ``seq`` is assigned by the engine when the event is emitted.
+    ``seq`` is assigned by the engine when the event is emitted. ``types``: column name to
+    the type the row was logged under, where the source logs it (PostgreSQL; one mapping
+    shared by a table's events until a type changes, never modified): formats map values
+    by it rather than by the catalog, which may be newer or older (a retyped column).
 
     A msgspec struct rather than a dataclass: one is built per row and per log change, and a
     struct's constructor costs less than half as much. Events never form reference cycles, so
@@ -106,6 +110,7 @@ class ChangeEvent(msgspec.Struct, gc=False):
     unchanged: tuple[str, ...] = ()
     dump_id: str | None = None
     seq: int = -1
+    types: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ from dblog.errors import ConfigError, FatalOutputError
 from dblog.formats.base import Record, TableLookup, no_tables
 from dblog.formats.coltypes import Family
 from dblog.formats.rows import RowMapper
-from dblog.formats.schema import encode_following_schema
+from dblog.formats.schema import LoggedTypes, encode_following_schema
 from dblog.formats.temporal import epoch_micros
 from dblog.spi import Finding
 from dblog.spi.source import LoggedImages
@@ -154,6 +154,8 @@ class ChangelogFormat(ABC):
         self._commit: tuple[str | None, int | None] = (None, None)
         self._names: tuple[TableInfo | None, frozenset[str]] = (None, frozenset())
         self._tolerated: dict[TableId, frozenset[str]] = {}
+        self._logged = LoggedTypes()
+        self.retyped = self._logged.retyped  # TypeFollowingFormat
 
     # the Format protocol
 
@@ -186,6 +188,8 @@ class ChangelogFormat(ABC):
                 self.skipped[event.op.value] += 1
             return markers
         records: list[Record] = []
+        if table is not None and event.types is not None:  # map by the types logged
+            table = self._logged.info(table, event.types)
         changes = self.plan(event, table)
         if len(changes) > 1 and table is not None:
             # every image checked before the first change counts in the transaction's order:

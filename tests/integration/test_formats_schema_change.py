@@ -1,7 +1,7 @@
 """Changelog formats across schema changes on a PostgreSQL source, which logs no schema events:
-a column added while the pipeline runs, and a backlog that crosses an ALTER TABLE made while
-dblog was stopped (columns added and dropped), keep the output going with every row's values
-mapped by their column's type."""
+a column added or retyped while the pipeline runs, and a backlog that crosses an ALTER TABLE
+made while dblog was stopped (columns added and dropped), keep the output going with every
+row's values mapped by their column's type (the type each value was logged under)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from typing import Any
 import orjson
 import pytest
 
+from dblog.formats.canal import CanalFormat
+from dblog.formats.changelog import ChangelogFormat
 from dblog.formats.debezium import DebeziumFormat
 
 from .sources import Kit
@@ -24,9 +26,11 @@ def _documents(path: Path) -> list[dict[str, Any]]:
 
 
 def _while_running(pg_dsn: str, tmp_path: Path, table: str, row: str,
-                   statements: list[str]) -> list[dict[str, Any]]:
+                   statements: list[str], formats: dict[str, ChangelogFormat] | None = None
+                   ) -> list[dict[str, Any]]:
     """The debezium-json documents of a pipeline that dumps ``table`` (one ``row``, REPLICA
-    IDENTITY FULL), then captures ``statements`` run while it streams."""
+    IDENTITY FULL), then captures ``statements`` run while it streams (other ``formats``:
+    their files are beside it)."""
     pg = Kit("postgres", pg_dsn)
     name = table.split(" ")[0]
     pg.execute(f"CREATE TABLE {table}")
@@ -37,7 +41,7 @@ def _while_running(pg_dsn: str, tmp_path: Path, table: str, row: str,
         for statement in statements:
             kit.execute(statement)
 
-    _run(pg, tmp_path, [pg.table(name)], {"debezium": DebeziumFormat()}, changes)
+    _run(pg, tmp_path, [pg.table(name)], formats or {"debezium": DebeziumFormat()}, changes)
     return _documents(tmp_path / "debezium.jsonl")
 
 
@@ -88,3 +92,30 @@ def test_a_column_retyped_while_the_pipeline_runs_keeps_the_output_going(
         "INSERT INTO retyped VALUES (2, 'soon')"])
     assert [(d["op"], d["after"]) for d in documents] == [
         ("r", {"id": 1, "at": "2024-05-01T12:00:00Z"}), ("c", {"id": 2, "at": "soon"})]
+
+
+def test_columns_retyped_while_the_pipeline_runs_are_mapped_by_their_new_types(
+        pg_dsn: str, tmp_path: Path) -> None:
+    """New-type values that fit the old type (a timestamp is text, 8 an integer) were mapped
+    by the old type until a restart; wal2json logs each value's type, which the formats follow."""
+    documents = _while_running(
+        pg_dsn, tmp_path, "retypes (id int PRIMARY KEY, at text, n int)",
+        "(1, '2024-05-01 12:00:00+00', 7)", [
+            "ALTER TABLE retypes ALTER COLUMN at TYPE timestamptz USING at::timestamptz, "
+            "ALTER COLUMN n TYPE numeric",
+            "INSERT INTO retypes VALUES (2, '2024-05-01 14:00:00+02', 8)",
+            "UPDATE retypes SET n = 9 WHERE id = 1"],
+        {"debezium": DebeziumFormat(), "canal": CanalFormat()})
+    new = {"id": 2, "at": "2024-05-01T12:00:00Z", "n": "8"}
+    assert [(d["op"], d["before"], d["after"]) for d in documents] == [
+        ("r", None, {"id": 1, "at": "2024-05-01 12:00:00+00", "n": 7}), ("c", None, new),
+        ("u", {"id": 1, "at": "2024-05-01T12:00:00Z", "n": "7"},
+         {"id": 1, "at": "2024-05-01T12:00:00Z", "n": "9"})]
+    canal = _documents(tmp_path / "canal.jsonl")
+    assert [(c["type"], c["data"], c["old"]) for c in canal[1:]] == [
+        ("INSERT", [{"id": "2", "at": "2024-05-01 12:00:00", "n": "8"}], None),
+        ("UPDATE", [{"id": "1", "at": "2024-05-01 12:00:00", "n": "9"}], [{"n": "7"}])]
+    assert [(c["mysqlType"], c["sqlType"]) for c in canal] == [
+        ({"id": "integer", "at": "text", "n": "integer"}, {"id": 4, "at": 12, "n": 4}),
+        *[({"id": "integer", "at": "timestamp with time zone", "n": "numeric"},
+           {"id": 4, "at": 2014, "n": 2})] * 2]
