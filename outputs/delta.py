@@ -113,7 +113,7 @@ def classify(exc: Exception, what: str) -> DblogError:
         return RetryableOutputError(f"{what}: the disk under the Delta table is full: {exc}")
     if code == errno.EIO:
         return RetryableOutputError(f"{what}: {exc}")
-    return FatalOutputError(f"{what}: {exc}")
+    return FatalOutputError(f"{what}: {exc}", fix=dtab.path_fix(code))
 
 
 _RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")

@@ -24,6 +24,7 @@ refuses it); one prepared on a newer snapshot sees the newer epoch and is not at
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Sequence
 from typing import Any
 
@@ -270,3 +271,16 @@ def check_table(table: DeltaTable, kinds: dict[str, ColumnKind], key: Sequence[s
             raise FatalOutputError(
                 f"Delta table {where}: column {column} is {schema.field(column).type}, the "
                 f"source's {kind.kind.value} values need {arrow_type(kind)}", fix=fix)
+
+
+_PATH_ERRORS = (errno.ENOENT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR,
+                errno.EISDIR, errno.EEXIST)
+
+
+def path_fix(code: int | None) -> str | None:
+    """The fix of a Delta output whose folder cannot be created or written (by the failed file
+    operation's error code); None for any other failure."""
+    if code not in _PATH_ERRORS:
+        return None
+    return ("set outputs[].path of the delta output to a folder that the user running dblog "
+            "can create and write (missing folders are created)")

@@ -97,6 +97,18 @@ def _refuse_erasing(path: Path) -> None:
                 "on this output for one start (docs/configuration.md)")
 
 
+def _unwritable(path: str, exc: OSError) -> FatalOutputError:
+    """A path open() cannot create, cut back or append to (a missing folder that cannot be
+    made, a folder, no permission, a read-only file system)."""
+    where = f" ({exc.filename})" if exc.filename and str(exc.filename) != path else ""
+    what = "is a folder" if isinstance(exc, IsADirectoryError) else \
+        f"cannot be written: {exc.strerror or exc}{where}"
+    return FatalOutputError(f"outputs[].path of the jsonl output: {path} {what}",
+                            fix="set the jsonl output's path to a file in a folder that the "
+                                "user running dblog can create and write (or - for standard "
+                                "output)")
+
+
 def _write_all(handle: BinaryIO, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -156,14 +168,20 @@ class JsonlOutput:
         if self.config.path == "-":
             self._handle = sys.stdout.buffer
         else:
-            path = Path(self.config.path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if path.exists():
-                truncate_after(path, committed_seq)
-            # unbuffered: every write is the system call itself, made right after the fence
-            self._handle = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in close()
+            try:
+                self._handle = self._open_file(Path(self.config.path), committed_seq)
+            except OSError as exc:
+                raise _unwritable(self.config.path, exc) from exc
             self._identity = _identity(os.fstat(self._handle.fileno()))
         self._written = self._durable = committed_seq
+
+    @staticmethod
+    def _open_file(path: Path, committed_seq: int) -> BinaryIO:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            truncate_after(path, committed_seq)
+        # unbuffered: every write is the system call itself, made right after the fence
+        return open(path, "ab", buffering=0)  # closed in close()
 
     def write(self, events: Sequence[ChangeEvent]) -> None:
         self.write_encoded(self.encode(events))

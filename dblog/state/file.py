@@ -40,6 +40,8 @@ class FileStateStore:
             raw = self.path.read_bytes()
         except FileNotFoundError:
             return None
+        except IsADirectoryError as exc:
+            raise self._a_folder() from exc
         except OSError as exc:
             raise StateError(f"cannot read state file {self.path}: {exc.strerror or exc}",
                              fix="check the file's owner and permissions: the user that runs "
@@ -50,6 +52,11 @@ class FileStateStore:
             raise StateError(f"state file {self.path} is damaged: not valid JSON ({exc})",
                              fix=_DAMAGED_FIX) from exc
         return self._checked(doc)
+
+    def _a_folder(self) -> StateError:
+        return StateError(f"state.path {self.path} is a folder, not a file",
+                          fix=f"set state.path to a file name, for example "
+                              f"{self.path / 'dblog-state.json'}")
 
     def _checked(self, doc: Any) -> dict[str, Any]:
         return checked_document(doc, f"state file {self.path}", _DAMAGED_FIX, versioned=True)
@@ -67,6 +74,8 @@ class FileStateStore:
             with self._lock, open(self.path.with_name(f".{self.path.name}.lock"), "a") as lock:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
                 return self._save_locked(data, expected_version, epoch)
+        except IsADirectoryError as exc:
+            raise self._a_folder() from exc
         except OSError as exc:
             raise StateError(f"cannot write state file {self.path}: {exc.strerror or exc}",
                              fix=f"check free space and the permissions of {self.path.parent} "

@@ -145,7 +145,7 @@ def test_a_state_file_that_cannot_be_read_gives_a_state_error(
     with pytest.raises(StateError) as loading:
         FileStateStore(folder).load()
     _assert_names_file_and_fix(loading.value, folder)
-    assert "cannot read" in loading.value.message
+    assert "is a folder" in loading.value.message
     path = tmp_path / "other.json"
     FileStateStore(path).save({"seq": 1}, None, 0)
 
@@ -163,4 +163,4 @@ def test_dblog_status_reports_an_unreadable_state_without_a_traceback(
         tmp_path: Path) -> None:
     path = tmp_path / "state.json"
     path.mkdir()  # a real read error (root reads any file whatever its permissions)
-    assert f"cannot read state file {path}" in dblog_status_error(tmp_path, path)
+    assert f"state.path {path} is a folder" in dblog_status_error(tmp_path, path)
