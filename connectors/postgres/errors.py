@@ -30,6 +30,9 @@ _FATAL = (
 DSN_FIX = ("write key=value pairs separated by spaces (a value that holds spaces or quotes goes "
            "in single quotes) or a postgresql:// URL")
 LOGIN_FIX = "check source.dsn (host, user, password, dbname) and pg_hba.conf"
+REACH_FIX = ("check that the server runs and that source.dsn's host and port point at it (a "
+             "firewall, or listen_addresses in postgresql.conf, may also block it); dblog run "
+             "retries, dblog check reports it at once")
 PLUGIN_FIX = "install it on the database host (Debian: apt-get install postgresql-15-wal2json)"
 # connection exceptions (08), operator intervention (57: shutdown, starting up), insufficient
 # resources (53: too many connections), transaction rollback (40: serialization, deadlock)
@@ -63,6 +66,8 @@ def _by_sqlstate(exc: BaseException, sqlstate: str, doing: str, text: str) -> Db
             fix=PLUGIN_FIX)
     if sqlstate == "58P01" and "WAL segment" in text:  # the slot's WAL is gone for good
         return FatalSourceError(message, fix=WAL_GONE_FIX)
+    if sqlstate.startswith("08"):  # connection exception
+        return RetryableSourceError(message, fix=REACH_FIX)
     if sqlstate[:2] in _RETRYABLE_CLASSES:
         return RetryableSourceError(message)
     if isinstance(exc, _FATAL):
@@ -89,6 +94,6 @@ def _by_text(exc: BaseException, doing: str, text: str) -> DblogError:
         return FatalSourceError(f"{doing}: {text}", fix=LOGIN_FIX)
     if isinstance(exc, _FATAL):
         return FatalSourceError(f"{doing}: {text}")
-    if isinstance(exc, psycopg.OperationalError):
-        return RetryableSourceError(f"{doing}: {text}")
+    if isinstance(exc, psycopg.OperationalError):  # libpq could not reach the server
+        return RetryableSourceError(f"{doing}: {text}", fix=REACH_FIX)
     return FatalSourceError(f"{doing}: {text}")

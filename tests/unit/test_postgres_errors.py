@@ -100,3 +100,17 @@ def test_connect_time_errors_without_sqlstate_use_the_text() -> None:
         assert error.fix is not None and "source.dsn" in error.fix
     bad = _kind(psycopg.ProgrammingError('missing "=" after "x" in connection info string'))
     assert type(bad) is FatalSourceError and "not a valid libpq connection string" in bad.message
+
+
+@pytest.mark.parametrize("exc", [
+    psycopg.OperationalError('connection failed: connection to server at "127.0.0.1", port 1 '
+                             "failed: Connection refused"),
+    psycopg.OperationalError("connection failed: Verbindungsaufbau abgelehnt"),  # any language
+    pgerrors.lookup("08006")("connection failure"),
+])
+def test_a_server_that_cannot_be_reached_is_retried_with_the_host_and_port_fix(
+        exc: Exception) -> None:
+    """A wrong port (refused) gave no fix line while a wrong database name did."""
+    error = _kind(exc)
+    assert type(error) is RetryableSourceError
+    assert error.fix is not None and "source.dsn" in error.fix and "port" in error.fix
