@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy.engine import Engine
 
 from dblog.core.model import ChangeEvent, Key, Row, TableId, TableInfo
-from dblog.errors import FatalOutputError
+from dblog.errors import DblogError, FatalOutputError
 from dblog.formats.base import TableLookup, no_tables
 from dblog.replica import (
     Commit,
@@ -40,7 +40,7 @@ from dblog.replica import (
 from dblog.spi import Checkpoint, Finding
 
 from . import sql_checkpoint as ckpt
-from .sql_errors import translated
+from .sql_errors import REACH_FIX, translated
 from .sql_kinds import DELETED, from_db, kind_of, kind_of_value, kinds_of, require_info
 from .sql_schema import (
     Naming,
@@ -329,8 +329,10 @@ class SqlOutput:
                               inspector.get_table_names(schema=self.config.target_schema))
         except FatalOutputError as exc:
             return [Finding("error", exc.message, exc.fix)]
-        except Exception as exc:  # a retryable error is still a failed check
-            return [Finding("error", f"{self.name}: {exc}", "make the target reachable")]
+        except DblogError as exc:  # a retryable error (its message names this output)
+            return [Finding("error", exc.message, exc.fix or REACH_FIX)]
+        except Exception as exc:  # still a failed check
+            return [Finding("error", f"{self.name}: {exc}", REACH_FIX)]
         finally:
             if engine is not self._engine:
                 engine.dispose()

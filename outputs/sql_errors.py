@@ -30,6 +30,7 @@ _PG_RETRYABLE = {"57P01", "57P02", "57P03", "40001", "40P01", "53300", "55P03"}
 _PG_RIGHTS = {"42501", "28000", "28P01"}
 _PG_DISK = {"53100", "58030"}  # disk full, I/O error
 _PG_READ_ONLY = {"25006"}  # read-only SQL transaction (a hot standby, read-only default)
+_PG_NO_DATABASE = "3D000"  # invalid catalog name: the url's database does not exist
 # MySQL/MariaDB error numbers: can't connect (2002, 2003), server gone (2006), lost (2013,
 # 2055), shutdown in progress (1053), too many connections (1040), lock wait timeout (1205),
 # deadlock (1213), connection killed (1927), client idle timeout (4031)
@@ -37,6 +38,7 @@ _MY_RETRYABLE = {2002, 2003, 2006, 2013, 2055, 1053, 1040, 1205, 1213, 1927, 403
 _MY_RIGHTS = {1044, 1045, 1142, 1143, 1227, 1370}
 _MY_DISK = {1021, 1114}  # disk full, the table is full
 _MY_READ_ONLY = {1290, 1792}  # running with --read-only, a READ ONLY transaction
+_MY_NO_DATABASE = 1049  # unknown database (SQLite has no such code: it creates the file)
 _SQLITE_RETRYABLE = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
 _SQLITE_DISK = {sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR}
 
@@ -47,11 +49,17 @@ _DISK = ("the target's disk is full or failing (retried meanwhile): free space o
 _READ_ONLY = ("the target accepts no writes, it is read-only (retried meanwhile: a standby "
               "during a failover): point the sql output's url at the primary")
 
-RIGHTS, DISK, READ_ONLY = "rights", "disk", "read-only"
+_DATABASE_FIX = ("the database named in the sql output's url does not exist: create it, or "
+                 "correct the database name at the end of the url")
+REACH_FIX = ("check the sql output's url (host, port, database name, user, password) and that "
+             "the target server runs and accepts connections from this host")
+
+RIGHTS, DISK, READ_ONLY, NO_DATABASE = "rights", "disk", "read-only", "no-database"
 """What a code says (besides retryable or fatal), for the message."""
 
 Verdict = tuple[bool | None, str | None, str | None]
-"""(retryable, fatal or unknown; the code as text; RIGHTS, DISK, READ_ONLY or None)."""
+"""(retryable, fatal or unknown; the code as text; RIGHTS, DISK, READ_ONLY, NO_DATABASE or
+None)."""
 
 
 def _pg(orig: BaseException) -> Verdict:
@@ -64,6 +72,8 @@ def _pg(orig: BaseException) -> Verdict:
         return isinstance(orig, psycopg.OperationalError | psycopg.InterfaceError), None, None
     if state.startswith("08") or state in _PG_RETRYABLE:
         return True, state, None
+    if state == _PG_NO_DATABASE:
+        return False, state, NO_DATABASE
     return _known(state, state in _PG_RIGHTS, state in _PG_DISK, state in _PG_READ_ONLY)
 
 
@@ -82,6 +92,8 @@ def _mysql(orig: BaseException) -> Verdict:
         return None, None, None
     if code in _MY_RETRYABLE:
         return True, str(code), None
+    if code == _MY_NO_DATABASE:
+        return False, str(code), NO_DATABASE
     return _known(str(code), code in _MY_RIGHTS, code in _MY_DISK, code in _MY_READ_ONLY)
 
 
@@ -131,7 +143,8 @@ def classify_driver(orig: BaseException, dialect: str, what: str,
         text += "; " + (_DISK if what_code == DISK else _READ_ONLY)
     if verdict:
         return RetryableOutputError(text)
-    return FatalOutputError(text, fix=_RIGHTS_FIX if what_code == RIGHTS else None)
+    return FatalOutputError(text, fix={RIGHTS: _RIGHTS_FIX, NO_DATABASE: _DATABASE_FIX}.get(
+        what_code or ""))
 
 
 @contextmanager

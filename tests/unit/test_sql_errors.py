@@ -100,3 +100,29 @@ def test_a_read_only_target_is_retried(dialect: str, error: BaseException, code:
     raised = _raised(dialect, error)
     assert isinstance(raised, RetryableOutputError)
     assert f"(code {code})" in str(raised) and "read-only" in str(raised)
+
+
+@pytest.mark.parametrize("dialect,error,code", [
+    ("postgresql", psycopg.errors.InvalidCatalogName('database "nope" does not exist'), "3D000"),
+    ("mysql", MySQLdb.OperationalError(1049, "Unknown database 'nope'"), "1049"),
+    ("mariadb", MySQLdb.OperationalError(1049, "Unknown database 'nope'"), "1049"),
+])
+def test_an_unknown_database_stops_with_the_url_fix(dialect: str, error: BaseException,
+                                                     code: str) -> None:
+    """A wrong database name in the url: not retried, and the fix says which part to change."""
+    stopped = _raised(dialect, error)
+    assert isinstance(stopped, FatalOutputError) and code in stopped.message
+    assert stopped.fix is not None and "database" in stopped.fix and "url" in stopped.fix
+
+
+def test_a_check_of_a_target_that_cannot_be_reached_names_the_url_once() -> None:
+    """check's finding said 'sql:URL: checking sql:URL: ...' and 'make the target reachable'
+    whatever the url's mistake (for PostgreSQL a wrong database name at connect time has no
+    SQLSTATE, so it cannot be told apart from a refused connection)."""
+    from dblog.outputs.sql import SqlOutput
+
+    output = SqlOutput({"url": "postgresql+psycopg://dblog@127.0.0.1:1/app"})
+    [finding] = output.check()
+    assert finding.level == "error"
+    assert finding.message.count("127.0.0.1:1/app") == 1, finding.message
+    assert finding.fix is not None and "url" in finding.fix and "port" in finding.fix
