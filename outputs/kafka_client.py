@@ -22,8 +22,36 @@ from dblog.outputs.kafka_errors import classify, describe
 from dblog.spi import Finding
 
 log = logging.getLogger("dblog.outputs.kafka")
-librdkafka_log = logging.getLogger("dblog.outputs.kafka.librdkafka")
 _ERROR_LOG_EVERY_S = 5.0
+_LIBRDKAFKA_LOUD_EVERY_S = 60.0
+
+
+class LibrdkafkaLog:
+    """The ``logger`` librdkafka's own lines go to (``dblog.outputs.kafka.librdkafka``).
+
+    librdkafka logs a broker connection failure (facility ``FAIL``) at ERROR on every reconnect
+    attempt: hundreds of lines while brokers are unreachable, before dblog's one error. Lines
+    at WARNING or above keep their level once a minute per facility; the others go to DEBUG.
+    :class:`ProducerErrors` reports the outage itself (rate-limited) and the probe at open
+    gives the one error with the fix."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+        self._loud: dict[str, float] = {}
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        """confluent-kafka calls ``log(level, "%s [%s] %s", facility, client, text)``."""
+        if level >= logging.WARNING:
+            facility = str(args[0]) if args else ""
+            now = time.monotonic()
+            if now - self._loud.get(facility, -1e9) < _LIBRDKAFKA_LOUD_EVERY_S:
+                level = logging.DEBUG
+            else:
+                self._loud[facility] = now
+        self.logger.log(level, msg, *args)
+
+
+librdkafka_log = LibrdkafkaLog(logging.getLogger("dblog.outputs.kafka.librdkafka"))
 
 
 class ProducerErrors:
