@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -19,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dblog.core.model import ChangeEvent
 from dblog.errors import DblogError, FatalOutputError, LeadershipLost
 from dblog.formats.base import Format, TableLookup, format_by_name, no_tables
-from dblog.spi import EncodedBatch
+from dblog.spi import EncodedBatch, Finding
 
 _BLOCK = 1 << 16
 
@@ -97,6 +98,10 @@ def _refuse_erasing(path: Path) -> None:
                 "on this output for one start (docs/configuration.md)")
 
 
+_PATH_FIX = ("set the jsonl output's path to a file in a folder that the user running dblog "
+             "can create and write (or - for standard output)")
+
+
 def _unwritable(path: str, exc: OSError) -> FatalOutputError:
     """A path open() cannot create, cut back or append to (a missing folder that cannot be
     made, a folder, no permission, a read-only file system)."""
@@ -104,9 +109,28 @@ def _unwritable(path: str, exc: OSError) -> FatalOutputError:
     what = "is a folder" if isinstance(exc, IsADirectoryError) else \
         f"cannot be written: {exc.strerror or exc}{where}"
     return FatalOutputError(f"outputs[].path of the jsonl output: {path} {what}",
-                            fix="set the jsonl output's path to a file in a folder that the "
-                                "user running dblog can create and write (or - for standard "
-                                "output)")
+                            fix=_PATH_FIX)
+
+
+def _unwritable_reason(path: Path) -> str | None:
+    """Why :meth:`JsonlOutput.open` could not append to ``path`` (creating its missing
+    folders), or None."""
+    if path.is_dir():
+        return "is a folder"
+    if path.exists():
+        return None if os.access(path, os.W_OK) else "cannot be written by this user"
+    folder = path.parent.absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"cannot be created: {folder} is not a folder"
+    try:  # os.access says yes to root even where the file system refuses (/proc)
+        handle, probe = tempfile.mkstemp(prefix=".dblog-check-", dir=folder)
+    except OSError as exc:
+        return f"cannot be created in {folder}: {exc.strerror or exc}"
+    os.close(handle)
+    os.unlink(probe)
+    return None
 
 
 def _write_all(handle: BinaryIO, data: bytes) -> None:
@@ -163,6 +187,15 @@ class JsonlOutput:
         path = Path(self.config.path)
         if self.config.path != "-" and not self.config.reset and path.exists():
             _refuse_erasing(path)
+
+    def check(self) -> list[Finding]:
+        """``dblog check``: whether :meth:`open` could append to the path
+        (:class:`dblog.spi.Checkable`)."""
+        reason = None if self.config.path == "-" else _unwritable_reason(Path(self.config.path))
+        if reason is None:
+            return []
+        return [Finding("error", f"outputs[].path of the jsonl output: {self.config.path} "
+                                 f"{reason}", _PATH_FIX)]
 
     def open(self, committed_seq: int) -> None:
         if self.config.path == "-":

@@ -45,3 +45,13 @@ def test_a_state_path_that_is_a_folder_says_so_and_names_state_path(tmp_path: Pa
     with pytest.raises(StateError) as caught:
         FileStateStore(tmp_path).load()
     assert "state.path" in caught.value.message and "is a folder" in caught.value.message
+
+
+def test_dblog_check_reports_a_jsonl_path_that_run_cannot_write(tmp_path: Path) -> None:
+    """check said OK for it, then run refused it."""
+    for path in _unwritable(tmp_path):
+        [finding] = JsonlOutput({"path": path}).check()
+        assert finding.level == "error" and path in finding.message, finding
+        assert finding.fix is not None and "path" in finding.fix
+    assert JsonlOutput({"path": str(tmp_path / "new" / "out.jsonl")}).check() == []
+    assert not (tmp_path / "new").exists()  # a check changes nothing
