@@ -38,7 +38,7 @@ from dblog.errors import ConfigError, DblogError, FatalOutputError
 from dblog.replica import Guard, TablePlan
 from dblog.replica.reduce import Fold
 
-from .spark_apply_config import ApplyConfig, TableSpec
+from .spark_apply_config import ApplyConfig, TableSpec, native, tombstone
 from .spark_config import SparkConfig
 from .spark_delta import SparkDeltaWriter
 from .spark_session import check_classes, start_session
@@ -51,7 +51,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType
 
 log = logging.getLogger("dblog.outputs.spark_apply")
-_SKIPPED = frozenset({Op.BEGIN, Op.COMMIT, Op.SCHEMA})
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,19 +197,25 @@ class JobTables:
             log.info("spark-apply: %s inferred: key %s", table, self.infos[table].key_columns)
 
 
-def decode(rows: Iterable[Any]) -> list[Record]:
-    """Kafka rows (partition, offset, value) as records in partition and offset order;
-    tombstones (null values: the delete before them did the work) and transaction markers
-    are left out."""
-    out = []
+def decode(rows: Iterable[Any], topics: dict[str, TableId] | None = None,
+           table_of: Callable[[str], tuple[str, str] | None] = lambda _: None
+           ) -> list[Record]:
+    """Kafka rows (topic, partition, offset, key, value) as records in partition and offset
+    order; a tombstone (null value) is the delete of its key, in the table its topic carries
+    (``topics``, learned from the records, else ``table_of`` the topic template);
+    transaction markers are left out; a record of another format is refused."""
+    topics = {} if topics is None else topics
+    out, nulls = [], []
     for row in rows:
-        value = row["value"]
-        if value is None:
-            continue
-        doc = orjson.loads(bytes(value))
-        if not isinstance(doc, dict) or "table" not in doc or Op(doc["op"]) in _SKIPPED:
-            continue
-        out.append(Record(int(row["partition"]), int(row["offset"]), doc))
+        if row["value"] is None:
+            nulls.append(row)
+        elif (doc := native(row)) is not None:
+            out.append(Record(int(row["partition"]), int(row["offset"]), doc))
+            topics.setdefault(row["topic"], TableId(doc["schema"], doc["table"]))
+    for row in nulls:
+        named = table_of(row["topic"])
+        table = topics.get(row["topic"]) or (None if named is None else TableId(*named))
+        out.append(Record(int(row["partition"]), int(row["offset"]), tombstone(row, table)))
     out.sort(key=lambda r: (r.partition, r.offset))
     return out
 
@@ -244,6 +249,10 @@ class ApplyJob:
         self.writer: SparkDeltaWriter | None = None
         self.query: StreamingQuery | None = None
         self.batches = 0
+        self.topics: dict[str, TableId] = {}
+        """The table of each topic, from its records (a tombstone's table)."""
+        self.failure: DblogError | None = None
+        """The error that stopped a micro-batch (run_apply raises it)."""
 
     def _session_config(self) -> SparkConfig:
         c = self.config
@@ -269,14 +278,22 @@ class ApplyJob:
 
     def apply_batch(self, frame: DataFrame, batch_id: int) -> None:
         """foreachBatch: one micro-batch of Kafka rows applied to the Delta tables."""
+        try:
+            self._apply(frame, batch_id)
+        except DblogError as exc:
+            self.failure = exc  # the query's exception is Spark's wrapper of its text
+            raise
+
+    def _apply(self, frame: DataFrame, batch_id: int) -> None:
         writer = self.writer
         assert writer is not None
-        records = decode(frame.select("partition", "offset", "value").collect())
+        rows = frame.select("topic", "partition", "offset", "key", "value").collect()
+        records = decode(rows, self.topics, self.config.kafka.table_of)
         self.tables.learn(records, lambda table: stored_info(table, writer.snapshot(table)))
         for plan, partition in plan_records(records):
-            where = None if partition is None or plan.truncate is None else \
+            holds = None if partition is None or plan.truncate is None else \
                 f"{GUARD_MINOR} = {partition} AND {GUARD_MAJOR} < {plan.truncate.major}"
-            writer.apply(plan, batch_id, truncate_where=where)
+            writer.apply(plan, batch_id, truncate_where=holds)
         self.batches += 1
         log.info("spark-apply: batch %d: %d record(s) applied", batch_id, len(records))
 
@@ -324,6 +341,8 @@ def run_apply(config: ApplyConfig, session: SparkSession | None = None,
         while not stop.is_set() and query.isActive:
             stop.wait(1.0)
         failure = query.exception()
+        if failure is not None and job.failure is not None:
+            raise job.failure
         if failure is not None:
             raise FatalOutputError(f"the Spark apply job failed: {failure}",
                                    fix="see the job's log; it resumes from its checkpoint")

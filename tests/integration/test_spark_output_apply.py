@@ -131,14 +131,18 @@ T = TableId("public", "t")
 
 
 def _run(spark: SparkSession, root: Path, batch_id: int,
-         rows: list[tuple[int, int, dict[str, Any]]]) -> ApplyJob:
-    """One micro-batch of Kafka rows (partition, offset, record) by a new run of the job."""
-    job = ApplyJob(ApplyConfig(kafka=ApplyKafka(bootstrap_servers="127.0.0.1:1", topics=["x"]),
+         rows: list[tuple[Any, ...]], topic: str | None = None) -> ApplyJob:
+    """One micro-batch of Kafka rows (partition, offset, record[, key]) by a new run of the
+    job; a record None is a tombstone of the key."""
+    job = ApplyJob(ApplyConfig(kafka=ApplyKafka(bootstrap_servers="127.0.0.1:1", topics=["x"],
+                                                topic=topic),
                                delta=SparkDeltaSink(path=str(root / "delta")),
                                checkpoint_location=str(root / "ck")), session=spark)
     job.open()
     frame: DataFrame = spark.createDataFrame(
-        [(p, o, orjson.dumps(d)) for p, o, d in rows], "partition int, offset long, value binary")
+        [("shop.public.t", p, o, orjson.dumps(d["key"] if d else key[0]),
+          None if d is None else orjson.dumps(d)) for p, o, d, *key in rows],
+        "topic string, partition int, offset long, key binary, value binary")
     job.apply_batch(frame, batch_id)
     return job
 
@@ -173,3 +177,13 @@ def test_a_key_change_keeping_toast_columns_is_left_out_with_the_cause(
     warning = " ".join(r.getMessage() for r in caplog.records)
     assert "the usual cause is a key change" in warning and "REPLICA IDENTITY FULL" in warning
     assert "--table public.t --keys '[[2]]'" in warning
+
+
+def test_a_compacted_delete_leaves_only_its_tombstone_and_the_row_is_deleted(
+        spark_session: SparkSession, tmp_path: Path) -> None:
+    """Compaction keeps only the newest record of a key: key 1's delete record (offset 1) is
+    gone, its tombstone (offset 2) is all a lagging job reads, in a later run that has read
+    no other record of the topic: the template names the table, the tombstone deletes."""
+    _run(spark_session, tmp_path, 0, [(0, 0, _doc(1, {"id": 1})), (0, 3, _doc(3, {"id": 2}))])
+    job = _run(spark_session, tmp_path, 1, [(0, 2, None, [1])], topic="shop.{schema}.{table}")
+    assert _delta_rows(spark_session, job, tmp_path / "delta", T) == {(2,): {"id": 2}}
