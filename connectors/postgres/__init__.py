@@ -70,7 +70,13 @@ class PostgresConfig(RedactedRepr, BaseModel):
     @classmethod
     def _dsn(cls, value: str) -> str:
         """Its password is masked everywhere from now on; a string libpq cannot parse is
-        refused here, without quoting it (libpq's message quotes the part it choked on)."""
+        refused here, without quoting it (libpq's message quotes the part it choked on). An
+        empty one is refused too: libpq reads it as "every default" (the local socket, the
+        login name as user and database), which is never what a pipeline meant."""
+        if not value.strip():
+            raise ValueError("source.dsn is empty (an environment variable that is empty or "
+                             "unset?): give the source's connection string, e.g. "
+                             "host=db.example port=5432 dbname=app user=dblog")
         register_dsn(value)
         try:
             conninfo_to_dict(value)

@@ -151,3 +151,18 @@ def test_exactly_once_kafka_outputs_with_their_own_ids_are_taken(tmp_path: Path)
                                           f"{KAFKA}, transactional_id: b}}, "
                                           "{type: kafka, bootstrap_servers: 'k:9092'}]\n"))
     assert len(config.outputs) == 3
+
+
+@pytest.mark.parametrize("dsn", ["", "   ", "${EMPTY_DSN_FOR_TEST:-}"])
+def test_an_empty_postgres_dsn_is_refused_naming_the_field(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        dsn: str) -> None:
+    """libpq reads an empty string as "every default": the local socket, the login name as
+    user and database; an unset ``${VAR:-}`` ran against whatever server that found."""
+    monkeypatch.chdir(tmp_path)  # the default state path is relative
+    path = tmp_path / "dblog.yaml"
+    path.write_text(f"source: {{type: postgres, dsn: '{dsn}'}}\noutputs: [{{type: jsonl}}]\n")
+    assert main(["run", "-c", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("dblog: ") == 1 and "Traceback" not in err, err
+    assert "source.dsn" in err and "is empty" in err and "host=" in err, err
