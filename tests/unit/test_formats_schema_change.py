@@ -21,6 +21,7 @@ from dblog.formats.debezium import DebeziumFormat
 from dblog.formats.rows import UnknownColumns, UnmappableValue
 from dblog.formats.schema import RefreshableLookup, encode_following_schema
 from dblog.outputs.kafka_records import RecordPlanner
+from dblog.testing.catalog import StaleCatalog
 
 T = TableId("public", "grows")
 OLD = TableInfo(T, (ColumnInfo("id", "integer"), ColumnInfo("v", "text")), ("id",))
@@ -28,19 +29,6 @@ NEW = TableInfo(T, (*OLD.columns, ColumnInfo("at", "timestamp with time zone")),
 AT = "2024-05-01 12:00:00+00"
 
 
-class Catalog:
-    """A refreshable lookup whose cache holds ``cached`` until refreshed to ``current``."""
-
-    def __init__(self, cached: TableInfo, current: TableInfo) -> None:
-        self.cached, self.current, self.refreshes = cached, current, 0
-
-    def __call__(self, table: TableId) -> TableInfo | None:
-        return self.cached
-
-    def refresh(self, table: TableId) -> TableInfo | None:
-        self.refreshes += 1
-        self.cached = self.current
-        return self.cached
 
 
 def _event(op: Op, before: dict[str, Any] | None, after: dict[str, Any] | None) -> ChangeEvent:
@@ -53,7 +41,7 @@ def _lines(fmt: DebeziumFormat, events: list[ChangeEvent], tables: Any) -> list[
 
 
 def test_a_column_added_since_the_metadata_was_read_is_mapped_by_its_type() -> None:
-    catalog = Catalog(OLD, NEW)
+    catalog = StaleCatalog(OLD, NEW)
     assert isinstance(catalog, RefreshableLookup)
     inserts = [_event(Op.INSERT, None, {"id": k, "v": "a", "at": AT}) for k in (1, 2)]
     out = _lines(DebeziumFormat(), inserts, catalog)
@@ -65,7 +53,7 @@ def test_a_column_added_since_the_metadata_was_read_is_mapped_by_its_type() -> N
 def test_a_column_the_source_no_longer_has_is_written_as_captured_once_warned(
         caplog: pytest.LogCaptureFixture) -> None:
     dropped = TableInfo(T, (OLD.columns[0], NEW.columns[2]), ("id",))  # 'v' dropped since
-    catalog = Catalog(dropped, dropped)
+    catalog = StaleCatalog(dropped, dropped)
     fmt = DebeziumFormat()
     backlog = [_event(Op.UPDATE, {"id": 1, "v": "a", "at": AT}, {"id": 1, "v": "b", "at": AT}),
                _event(Op.DELETE, {"id": 2, "v": "c", "at": None}, None)]
@@ -90,11 +78,11 @@ def test_a_format_that_cannot_tolerate_columns_still_stops() -> None:
         raise UnknownColumns("x", T, frozenset({"at"}))
 
     with pytest.raises(UnknownColumns, match="'at'"):
-        encode_following_schema(object(), Catalog(OLD, OLD), T, encode)
+        encode_following_schema(object(), StaleCatalog(OLD, OLD), T, encode)
 
 
 def test_kafka_records_follow_the_schema_too() -> None:
-    catalog = Catalog(OLD, NEW)
+    catalog = StaleCatalog(OLD, NEW)
     planner = RecordPlanner(format_by_name("debezium-json", {}), "{schema}.{table}", {}, None,
                             True, lambda topic: 1, catalog)
     records = planner.plan(_event(Op.INSERT, None, {"id": 1, "v": "a", "at": AT}))
@@ -128,7 +116,7 @@ def test_an_event_encoded_again_on_fresh_metadata_counts_once_in_its_transaction
     """A key change whose new row shows an added column is encoded a second time; its delete
     must not count twice in debezium-json's transaction order (found by a review)."""
     fmt = format_by_name("debezium-json", {"before_image": "as-logged"})
-    catalog = Catalog(OLD, NEW)
+    catalog = StaleCatalog(OLD, NEW)
     begin = ChangeEvent(Op.BEGIN, None, txid=7, commit_ts=AT, position=Lsn(0x10))
     commit = ChangeEvent(Op.COMMIT, None, txid=7, commit_ts=AT, position=Lsn(0x20))
     update = ChangeEvent(Op.UPDATE, T, (2,), {"id": 1}, {"id": 2, "v": "b", "at": AT},
@@ -153,14 +141,14 @@ def test_a_value_that_no_longer_fits_its_cached_type_is_mapped_by_the_fresh_one(
     """ALTER COLUMN at TYPE text while the pipeline runs: the cached metadata says
     timestamptz, the value is text; the format reads the metadata again once."""
     as_text = TableInfo(T, (*OLD.columns, ColumnInfo("at", "text")), ("id",))
-    catalog = Catalog(NEW, as_text)
+    catalog = StaleCatalog(NEW, as_text)
     out = _lines(DebeziumFormat(), [_event(Op.INSERT, None, {"id": 1, "v": "a", "at": "soon"})],
                  catalog)
     assert out[0]["after"] == {"id": 1, "v": "a", "at": "soon"} and catalog.refreshes == 1
     with pytest.raises(UnmappableValue, match="type changed"):  # the fix says what to do
         _lines(DebeziumFormat(), [_event(Op.INSERT, None, {"id": 1, "v": "a", "at": "soon"})],
                lambda table: NEW)
-    stale = Catalog(NEW, NEW)  # a value logged under an older type: stops as before
+    stale = StaleCatalog(NEW, NEW)  # a value logged under an older type: stops as before
     with pytest.raises(UnmappableValue):
         _lines(DebeziumFormat(), [_event(Op.INSERT, None, {"id": 1, "v": "a", "at": "soon"})],
                stale)

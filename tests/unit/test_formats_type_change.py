@@ -19,6 +19,7 @@ from dblog.formats.canal import CanalFormat
 from dblog.formats.changelog import ChangelogFormat
 from dblog.formats.debezium import DebeziumFormat
 from dblog.outputs.kafka_records import RecordPlanner
+from dblog.testing.catalog import StaleCatalog
 
 T = TableId("public", "retyped")
 TZ = "timestamp with time zone"
@@ -29,19 +30,6 @@ NEW = TableInfo(T, (ColumnInfo("id", "integer"), ColumnInfo("at", TZ),
 AT = "2024-05-01 12:00:00+00"
 
 
-class Catalog:
-    """A refreshable lookup whose cache holds ``cached`` until refreshed to ``current``."""
-
-    def __init__(self, cached: TableInfo, current: TableInfo) -> None:
-        self.cached, self.current, self.refreshes = cached, current, 0
-
-    def __call__(self, table: TableId) -> TableInfo | None:
-        return self.cached
-
-    def refresh(self, table: TableId) -> TableInfo | None:
-        self.refreshes += 1
-        self.cached = TableInfo(T, self.current.columns, self.current.key_columns)  # a new read
-        return self.cached
 
 
 def _message(action: str, row: dict[str, tuple[str, Any]]) -> bytes:
@@ -86,14 +74,14 @@ def test_values_of_a_type_changed_while_running_are_mapped_by_the_new_type() -> 
     """The catalog was read before the ALTER: values of the new types fit the old ones
     (a timestamp is text, 3 an integer) and were mapped by the old types until a restart."""
     events = _decoded([_old(1), _new(2), _new(3)])
-    catalog = Catalog(OLD, NEW)
+    catalog = StaleCatalog(OLD, NEW)
     debezium = _lines(DebeziumFormat(), events, catalog)
     assert [d["after"] for d in debezium] == [
         {"id": 1, "at": AT, "n": 1},
         {"id": 2, "at": "2024-05-01T12:00:00Z", "n": "2"},
         {"id": 3, "at": "2024-05-01T12:00:00Z", "n": "3"}]
     assert catalog.refreshes == 1  # once per change, not per event
-    canal = _lines(CanalFormat(), events, Catalog(OLD, NEW))
+    canal = _lines(CanalFormat(), events, StaleCatalog(OLD, NEW))
     assert [c["data"][0]["at"] for c in canal] == [AT, "2024-05-01 12:00:00",
                                                    "2024-05-01 12:00:00"]
     assert canal[0]["mysqlType"] == {"id": "integer", "at": "text", "n": "integer"}
@@ -102,7 +90,7 @@ def test_values_of_a_type_changed_while_running_are_mapped_by_the_new_type() -> 
 
 
 def test_the_refreshed_catalog_maps_dump_rows_of_the_new_type() -> None:
-    catalog = Catalog(OLD, NEW)
+    catalog = StaleCatalog(OLD, NEW)
     fmt = DebeziumFormat()
     read = ChangeEvent(Op.READ, T, (9,), after={"id": 9, "at": AT, "n": "9"},
                        position=Lsn(0x90), dump_id="d", seq=9)
@@ -115,7 +103,7 @@ def test_a_backlog_logged_under_the_old_types_is_mapped_by_them() -> None:
     carry the old ones (wal2json decodes with the catalog of their time)."""
     events = _decoded([_message("I", {"id": ("integer", 1), "at": ("text", "soon"),
                                       "n": ("integer", 1)}), _old(2), _new(3)])
-    catalog = Catalog(NEW, NEW)
+    catalog = StaleCatalog(NEW, NEW)
     out = _lines(DebeziumFormat(), events, catalog)
     assert [d["after"] for d in out] == [
         {"id": 1, "at": "soon", "n": 1}, {"id": 2, "at": AT, "n": 2},
@@ -124,7 +112,7 @@ def test_a_backlog_logged_under_the_old_types_is_mapped_by_them() -> None:
 
 
 def test_kafka_records_follow_the_logged_types_too() -> None:
-    catalog = Catalog(OLD, NEW)
+    catalog = StaleCatalog(OLD, NEW)
     planner = RecordPlanner(DebeziumFormat(), "{schema}.{table}", {}, None, True,
                             lambda topic: 1, catalog)
     records = [r for e in _decoded([_old(1), _new(2), _new(3)]) for r in planner.plan(e)]
