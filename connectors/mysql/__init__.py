@@ -135,7 +135,10 @@ class MysqlConnector:
         return LoggedImages.binlog()
 
     def check(self) -> list[Finding]:
-        """What is wrong with the source, with fixes; changes nothing."""
+        """What is wrong with the source, with fixes; changes nothing. It connects once,
+        without the reconnect backoff: check answers at once, run rides out a restart."""
+        if self._catalog is None:
+            self._catalog = connect(self.endpoint)
         conn = self._conn()
         findings = setup.check_server(conn, self.flavor(), self.config.server_id,
                                       self.report_name)

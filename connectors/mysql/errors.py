@@ -19,6 +19,10 @@ from dblog.errors import (
 # deadlock and lock wait timeout, query interrupted
 RETRYABLE_CODES = frozenset({2002, 2003, 2006, 2013, 2055, 1040, 1053, 1077, 1152, 1158,
                              1159, 1160, 1161, 1205, 1213, 1317, 1927, 4031})
+_UNREACHABLE = frozenset({2002, 2003})  # no server at the socket / host and port
+REACH_FIX = ("check that the server runs and that source.dsn's host and port point at it (a "
+             "firewall or the server's bind_address may also block it); dblog run retries, "
+             "dblog check reports it at once")
 _AUTH = frozenset({1044, 1045, 1049, 1698})
 _RIGHTS = frozenset({1142, 1143, 1227, 1370})
 
@@ -47,6 +51,8 @@ def classify(exc: BaseException, doing: str) -> DblogError:
     text = str(exc.args[1]) if code is not None and len(exc.args) > 1 else str(exc)
     if not isinstance(exc, DRIVER_ERRORS):
         text = f"{type(exc).__name__}: {text}".rstrip(": ")
+    if code in _UNREACHABLE or isinstance(exc, ConnectionRefusedError):
+        return RetryableSourceError(f"{doing}: {text}", fix=REACH_FIX)
     if isinstance(exc, (StreamLost, ConnectionError, TimeoutError)) or code in RETRYABLE_CODES:
         return RetryableSourceError(f"{doing}: {text}")
     if code in _AUTH:

@@ -45,3 +45,23 @@ def test_gives_up_after_the_budget_and_never_retries_fatal_errors() -> None:
     with pytest.raises(FatalSourceError):
         with_backoff(denied, clock, 30, "connecting")
     assert len(fatal_calls) == 1
+
+
+def test_check_reports_an_unreachable_server_at_once_without_the_reconnect_budget() -> None:
+    """``dblog check`` answers at once; only a running pipeline rides out a server restart
+    (before, check waited out reconnect_timeout_s, 120 s by default, on the backoff)."""
+    import socket
+
+    from dblog.connectors.mysql import MysqlConnector
+    from dblog.errors import DblogError
+
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    clock = FakeClock()
+    connector = MysqlConnector({"type": "mariadb", "dsn": f"mysql://dblog@127.0.0.1:{port}/",
+                                "server_id": 4242, "tables": ["shop.*"]}, clock=clock)
+    with pytest.raises(DblogError) as caught:
+        connector.check()
+    assert clock.monotonic() == 0.0, f"check waited {clock.monotonic()} s on the backoff"
+    assert caught.value.retryable and caught.value.fix and "source.dsn" in caught.value.fix
