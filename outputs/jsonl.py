@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -20,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dblog.core.model import ChangeEvent
 from dblog.errors import DblogError, FatalOutputError, LeadershipLost
 from dblog.formats.base import Format, TableLookup, format_by_name, no_tables
+from dblog.runtime.paths import unwritable_reason
 from dblog.spi import EncodedBatch, Finding
 
 _BLOCK = 1 << 16
@@ -112,27 +112,6 @@ def _unwritable(path: str, exc: OSError) -> FatalOutputError:
                             fix=_PATH_FIX)
 
 
-def _unwritable_reason(path: Path) -> str | None:
-    """Why :meth:`JsonlOutput.open` could not append to ``path`` (creating its missing
-    folders), or None."""
-    if path.is_dir():
-        return "is a folder"
-    if path.exists():
-        return None if os.access(path, os.W_OK) else "cannot be written by this user"
-    folder = path.parent.absolute()
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if not folder.is_dir():
-        return f"cannot be created: {folder} is not a folder"
-    try:  # os.access says yes to root even where the file system refuses (/proc)
-        handle, probe = tempfile.mkstemp(prefix=".dblog-check-", dir=folder)
-    except OSError as exc:
-        return f"cannot be created in {folder}: {exc.strerror or exc}"
-    os.close(handle)
-    os.unlink(probe)
-    return None
-
-
 def _write_all(handle: BinaryIO, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -191,7 +170,7 @@ class JsonlOutput:
     def check(self) -> list[Finding]:
         """``dblog check``: whether :meth:`open` could append to the path
         (:class:`dblog.spi.Checkable`)."""
-        reason = None if self.config.path == "-" else _unwritable_reason(Path(self.config.path))
+        reason = None if self.config.path == "-" else unwritable_reason(Path(self.config.path))
         if reason is None:
             return []
         return [Finding("error", f"outputs[].path of the jsonl output: {self.config.path} "

@@ -8,7 +8,6 @@ new rows, whether the source logs it for every captured table
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from dblog.core.dumps import validated_dump
 from dblog.core.model import TableInfo
 from dblog.errors import ConfigError, DblogError
 from dblog.formats.base import CheckableFormat, FormattedOutput, FormatWithRequirements
+from dblog.runtime.paths import unwritable_reason
 from dblog.spi import Checkable, Finding, Output, SourceConnector
 from dblog.spi.findings import TableCheckable
 from dblog.spi.source import ImageLoggingSource
@@ -34,7 +34,7 @@ def setup_findings(config: PipelineConfig) -> list[Finding]:
     write (with a file state), an API token variable that is not set."""
     found = []
     if config.state.type == "file":
-        problem = _unwritable(Path(config.state.path))
+        problem = unwritable_reason(Path(config.state.path))
         if problem:
             found.append(Finding(
                 "error", f"state.path {config.state.path}: {problem}",
@@ -45,21 +45,6 @@ def setup_findings(config: PipelineConfig) -> list[Finding]:
         except ConfigError as exc:
             found.append(Finding("error", exc.message, exc.fix))
     return found
-
-
-def _unwritable(path: Path) -> str | None:
-    """Why the state file ``path`` (or its folder, created when missing) cannot be written,
-    or None."""
-    if path.is_dir():
-        return "is a folder, not a file"
-    folder = path.parent.absolute()
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if not folder.is_dir():
-        return f"{folder} is not a folder"
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return f"the folder {folder} cannot be written by this user"
-    return None
 
 
 def initial_dump_findings(connector: SourceConnector,
